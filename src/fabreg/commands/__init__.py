@@ -1,0 +1,1 @@
+"""CLI subcommands; each module registers its own parser (see fabreg.cli)."""
