@@ -1,0 +1,176 @@
+"""ReFrame configuration for fabreg.
+
+Systems: ``local`` (any host not matched by another system; local scheduler).
+Environments: one per MPI implementation (``openmpi``, ``mpich``, ``mvapich2``).
+An environment whose MPI is not installed stays defined: the checks skip it
+with a reason (see ``fabreg.testlib.mpi``), so nothing is dropped silently.
+
+Environment ``extras`` used by the checks:
+
+- ``mpi``: the implementation name (the ``mpi`` perflog column);
+- ``launcher``: argv that starts ranks, with ``{num_tasks}``,
+  ``{num_tasks_per_node}`` and ``{num_nodes}`` placeholders; leave it out to use
+  the partition's launcher (e.g. ``srun`` on a site cluster);
+- ``osu_prefix``: an OSU Micro-Benchmarks install prefix; when set, the checks
+  run the real OSU binaries instead of the bundled probes.
+"""
+
+import os
+import shutil
+
+FABREG_ROOT = os.path.dirname(os.path.abspath(__file__))
+PERFLOG_DIR = os.environ.get('FABREG_PERFLOG_DIR', os.path.join(FABREG_ROOT, 'perflogs'))
+
+
+def _first_on_path(*names):
+    """The first command found on PATH, else the first name (the check then skips)."""
+    for name in names:
+        if shutil.which(name):
+            return name
+    return names[0]
+
+
+def _prefixed(env_var, tool, fallback):
+    """A tool from an install prefix named by ``env_var``, else ``fallback``."""
+    prefix = os.environ.get(env_var)
+    return os.path.join(prefix, 'bin', tool) if prefix else fallback
+
+
+def _osu_prefix(mpi):
+    """Where real OSU binaries for ``mpi`` live, if the user said so."""
+    return os.environ.get(f'FABREG_OSU_PREFIX_{mpi.upper()}', '')
+
+
+_OMPI_AS_ROOT = {
+    # Harmless for normal users; lets OpenMPI start ranks on root-only CI hosts.
+    'OMPI_ALLOW_RUN_AS_ROOT': '1',
+    'OMPI_ALLOW_RUN_AS_ROOT_CONFIRM': '1',
+}
+
+local_environments = [
+    {
+        'name': 'openmpi',
+        'target_systems': ['local'],
+        'cc': _prefixed('FABREG_OPENMPI_PREFIX', 'mpicc',
+                        _first_on_path('mpicc.openmpi', 'mpicc')),
+        'cflags': ['-O2'],
+        'env_vars': [list(kv) for kv in _OMPI_AS_ROOT.items()],
+        'features': ['mpi'],
+        'extras': {
+            'mpi': 'openmpi',
+            'launcher': [_prefixed('FABREG_OPENMPI_PREFIX', 'mpirun',
+                                   _first_on_path('mpirun.openmpi', 'mpirun')),
+                         '-np', '{num_tasks}'],
+            'osu_prefix': _osu_prefix('openmpi'),
+        },
+    },
+    {
+        'name': 'mpich',
+        'target_systems': ['local'],
+        'cc': _prefixed('FABREG_MPICH_PREFIX', 'mpicc', 'mpicc.mpich'),
+        'cflags': ['-O2'],
+        'features': ['mpi'],
+        'extras': {
+            'mpi': 'mpich',
+            'launcher': [_prefixed('FABREG_MPICH_PREFIX', 'mpiexec', 'mpiexec.mpich'),
+                         '-n', '{num_tasks}'],
+            'osu_prefix': _osu_prefix('mpich'),
+        },
+    },
+    {
+        'name': 'mvapich2',
+        'target_systems': ['local'],
+        'cc': _prefixed('FABREG_MVAPICH2_PREFIX', 'mpicc', 'mpicc.mvapich2'),
+        'cflags': ['-O2'],
+        'features': ['mpi'],
+        'extras': {
+            'mpi': 'mvapich2',
+            'launcher': [_prefixed('FABREG_MVAPICH2_PREFIX', 'mpiexec', 'mpiexec.mvapich2'),
+                         '-n', '{num_tasks}'],
+            'osu_prefix': _osu_prefix('mvapich2'),
+            'install_hint': ('build it with Spack (spack install mvapich2, see docs/spack.md) '
+                             'and set FABREG_MVAPICH2_PREFIX to its install prefix'),
+        },
+    },
+]
+
+# Columns of the test that are not worth a perflog column (ReFrame's `check_#ALL`
+# otherwise logs every loggable attribute). What stays: time, names, job, nodes,
+# every parameter and fabreg's own loggable variables. See docs/perflog-format.md.
+PERFLOG_IGNORE = [f'check_{name}' for name in (
+    'build_locally', 'build_time_limit', 'descr', 'env_vars', 'exclusive_access',
+    'executable', 'executable_opts', 'extra_resources', 'keep_files', 'local', 'maintainers',
+    'max_pending_time', 'modules', 'num_cpus_per_task', 'num_gpus_per_node',
+    'num_tasks_per_core', 'num_tasks_per_socket', 'outputdir', 'perfvalues', 'postbuild_cmds',
+    'postrun_cmds', 'prebuild_cmds', 'prefix', 'prerun_cmds', 'readonly_files', 'sourcepath',
+    'sourcesdir', 'stagedir', 'strict_check', 'time_limit', 'use_multithreading',
+    'valid_prog_environs', 'valid_systems', 'variables', 'short_name', 'unique_name',
+    'job_completion_time', 'job_completion_time_unix', 'job_submit_time', 'job_exitcode',
+    'system_name', 'partition_name', 'environ_name', 'jobid', 'job_nodelist', 'name',
+    'display_name', 'environ', 'partition', 'system',
+)]
+
+site_configuration = {
+    'systems': [
+        {
+            'name': 'local',
+            'descr': 'This machine, local scheduler (default for any unmatched host)',
+            'hostnames': ['.*'],
+            'modules_system': 'nomod',
+            'partitions': [
+                {
+                    'name': 'default',
+                    'descr': 'All cores of this host',
+                    'scheduler': 'local',
+                    'launcher': 'local',
+                    'environs': ['openmpi', 'mpich', 'mvapich2'],
+                    # Benchmarks must not share the host with each other.
+                    'max_jobs': 1,
+                    'extras': {'max_nodes': 1},
+                },
+            ],
+        },
+    ],
+    'environments': local_environments,
+    'modes': [
+        {'name': 'quick', 'options': ['--tag=quick']},
+    ],
+    'general': [
+        {
+            'check_search_path': [os.path.join(FABREG_ROOT, 'checks')],
+            'check_search_recursive': True,
+        },
+    ],
+    'storage': [
+        {
+            'enable': True,
+            'sqlite_db_file': os.path.join(PERFLOG_DIR, 'results.db'),
+        },
+    ],
+    'logging': [
+        {
+            'handlers_perflog': [
+                {
+                    'type': 'filelog',
+                    'prefix': '%(check_system)s/%(check_partition)s',
+                    'basedir': PERFLOG_DIR,
+                    'level': 'info',
+                    'format': (
+                        '%(check_job_completion_time)s|reframe %(version)s|'
+                        '%(check_name)s|%(check_system)s|%(check_partition)s|'
+                        '%(check_environ)s|%(check_jobid)s|%(check_job_nodelist)s|'
+                        '%(check_result)s|%(check_#ALL)s|%(check_perfvalues)s'
+                    ),
+                    'format_perfvars': (
+                        '%(check_perf_value)s|%(check_perf_unit)s|%(check_perf_ref)s|'
+                        '%(check_perf_lower_thres)s|%(check_perf_upper_thres)s|'
+                        '%(check_perf_result)s|'
+                    ),
+                    'datefmt': '%FT%T%:z',
+                    'ignore_keys': PERFLOG_IGNORE,
+                    'append': True,
+                },
+            ],
+        },
+    ],
+}
