@@ -116,3 +116,29 @@ def parse_osu(text: str) -> OsuResult:
 def header_matches(result: OsuResult, benchmark: str) -> bool:
     """Did the output come from ``benchmark`` (e.g. ``osu_latency``)?"""
     return result.title == TITLES.get(benchmark)
+
+
+def table_problem(result: OsuResult, benchmark: str, sizes: list[int]) -> str | None:
+    """Why a run of ``benchmark`` asked for ``sizes`` is not a complete, valid table, or None."""
+    expected = TITLES.get(benchmark, benchmark)
+    if result.title is None:
+        return f"{benchmark} printed no OSU header (expected '# OSU MPI {expected} Test')"
+    if not header_matches(result, benchmark):
+        return f"header says {result.title!r}, expected {expected!r} for {benchmark}"
+    missing = result.missing_sizes(sizes)
+    if missing:
+        shown = ", ".join(map(str, missing[:6])) + (" ..." if len(missing) > 6 else "")
+        return f"{benchmark}: no data row for {len(missing)} requested size(s): {shown}"
+    failed = result.validation_failures
+    if failed:
+        return f"{benchmark}: validation failed at size(s) {', '.join(map(str, failed))}"
+    return None
+
+
+def powers_of_two(low: int, high: int) -> list[int]:
+    """The sizes OSU runs for ``-m low:high``."""
+    sizes, size = [], max(1, low)
+    while size <= high:
+        sizes.append(size)
+        size *= 2
+    return sizes

@@ -19,7 +19,7 @@ from reframe.core.exceptions import ReframeError, SanityError
 from fabreg import providers
 from fabreg.errors import FabregError
 from fabreg.metrics import perfvar_name
-from fabreg.parsers.osu import TITLES, OsuResult, header_matches, parse_osu
+from fabreg.parsers.osu import OsuResult, parse_osu, powers_of_two, table_problem
 from fabreg.references import ReferenceTable, reference_file
 from fabreg.testlib.mpi import MpiCheck, unavailable_reason
 
@@ -156,13 +156,6 @@ class OsuCheck(MpiCheck):
             "transport": getattr(self, "transport", None), "nodes": self.num_nodes,
         }
 
-    def requested_sizes(self) -> list[int]:
-        sizes, size = [], 1
-        while size <= self.max_size:
-            sizes.append(size)
-            size *= 2
-        return sizes
-
     def parsed(self) -> OsuResult:
         return parse_osu(Path(self.stagedir, str(self.stdout.evaluate())).read_text())
 
@@ -176,27 +169,9 @@ class OsuCheck(MpiCheck):
 
     @sanity_function
     def assert_complete_table(self) -> bool:
-        result = self.parsed()
-        expected = TITLES[self.benchmark]
-        if result.title is None:
-            raise SanityError(
-                f"{self.benchmark} printed no OSU header (expected '# OSU MPI {expected} Test')"
-            )
-        if not header_matches(result, self.benchmark):
-            raise SanityError(
-                f"header says {result.title!r}, expected {expected!r} for {self.benchmark}"
-            )
-        missing = result.missing_sizes(self.requested_sizes())
-        if missing:
-            shown = ", ".join(map(str, missing[:6])) + (" ..." if len(missing) > 6 else "")
-            raise SanityError(
-                f"{self.benchmark}: no data row for {len(missing)} requested size(s): {shown}"
-            )
-        failed = result.validation_failures
-        if failed:
-            raise SanityError(
-                f"{self.benchmark}: validation failed at size(s) {', '.join(map(str, failed))}"
-            )
+        problem = table_problem(self.parsed(), self.benchmark, powers_of_two(1, self.max_size))
+        if problem:
+            raise SanityError(problem)
         return True
 
     @run_before("performance")
