@@ -21,6 +21,8 @@ int main(int argc, char *argv[])
 {
     struct probe_run run;
     MPI_Request *send_requests, *recv_requests;
+    MPI_Status *statuses; /* a real array: MPICH's MPI_STATUSES_IGNORE trips gcc's
+                             -Wstringop-overflow on MPI_Waitall */
     char *s_buf, *r_buf;
     size_t size;
     int window, peer, failed = 0;
@@ -30,9 +32,10 @@ int main(int argc, char *argv[])
     peer = 1 - run.rank;
     send_requests = malloc(sizeof(*send_requests) * (size_t)window);
     recv_requests = malloc(sizeof(*recv_requests) * (size_t)window);
+    statuses = malloc(sizeof(*statuses) * (size_t)window);
     s_buf = probe_alloc(&run, run.opt.max_size);
     r_buf = probe_alloc(&run, run.opt.max_size);
-    if (send_requests == NULL || recv_requests == NULL) {
+    if (send_requests == NULL || recv_requests == NULL || statuses == NULL) {
         MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
     }
     probe_print_header(&run);
@@ -70,15 +73,15 @@ int main(int argc, char *argv[])
                           &send_requests[j]);
             }
             if (run.rank == 0) {
-                MPI_Waitall(window, send_requests, MPI_STATUSES_IGNORE);
-                MPI_Waitall(window, recv_requests, MPI_STATUSES_IGNORE);
+                MPI_Waitall(window, send_requests, statuses);
+                MPI_Waitall(window, recv_requests, statuses);
                 t_end = MPI_Wtime();
                 if (i >= skip) {
                     total += t_end - t_start;
                 }
             } else {
-                MPI_Waitall(window, recv_requests, MPI_STATUSES_IGNORE);
-                MPI_Waitall(window, send_requests, MPI_STATUSES_IGNORE);
+                MPI_Waitall(window, recv_requests, statuses);
+                MPI_Waitall(window, send_requests, statuses);
             }
             if (run.opt.validate) {
                 errors += probe_check(r_buf, size, peer, run.rank, i);
@@ -99,6 +102,7 @@ int main(int argc, char *argv[])
 
     free(send_requests);
     free(recv_requests);
+    free(statuses);
     free(s_buf);
     free(r_buf);
     probe_finish(&run, failed);

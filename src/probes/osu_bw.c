@@ -21,6 +21,8 @@ int main(int argc, char *argv[])
 {
     struct probe_run run;
     MPI_Request *requests;
+    MPI_Status *statuses; /* a real array: MPICH's MPI_STATUSES_IGNORE trips gcc's
+                             -Wstringop-overflow on MPI_Waitall */
     char *s_buf, *r_buf;
     size_t size;
     int window, failed = 0;
@@ -28,9 +30,10 @@ int main(int argc, char *argv[])
     probe_start(&run, &info, &argc, &argv);
     window = run.opt.window;
     requests = malloc(sizeof(*requests) * (size_t)window);
+    statuses = malloc(sizeof(*statuses) * (size_t)window);
     s_buf = probe_alloc(&run, run.opt.max_size);
     r_buf = probe_alloc(&run, run.opt.max_size);
-    if (requests == NULL) {
+    if (requests == NULL || statuses == NULL) {
         MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
     }
     probe_print_header(&run);
@@ -61,7 +64,7 @@ int main(int argc, char *argv[])
                 for (j = 0; j < window; j++) {
                     MPI_Isend(s_buf, count, MPI_CHAR, 1, 100, MPI_COMM_WORLD, &requests[j]);
                 }
-                MPI_Waitall(window, requests, MPI_STATUSES_IGNORE);
+                MPI_Waitall(window, requests, statuses);
                 MPI_Recv(r_buf, 1, MPI_CHAR, 1, 101, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
                 t_end = MPI_Wtime();
                 if (i >= skip) {
@@ -71,7 +74,7 @@ int main(int argc, char *argv[])
                 for (j = 0; j < window; j++) {
                     MPI_Irecv(r_buf, count, MPI_CHAR, 0, 100, MPI_COMM_WORLD, &requests[j]);
                 }
-                MPI_Waitall(window, requests, MPI_STATUSES_IGNORE);
+                MPI_Waitall(window, requests, statuses);
                 MPI_Send(s_buf, 1, MPI_CHAR, 0, 101, MPI_COMM_WORLD);
                 if (run.opt.validate) {
                     errors += probe_check(r_buf, size, 0, 1, i);
@@ -92,6 +95,7 @@ int main(int argc, char *argv[])
     }
 
     free(requests);
+    free(statuses);
     free(s_buf);
     free(r_buf);
     probe_finish(&run, failed);
