@@ -111,10 +111,10 @@ def build_probes(mpi: Mpi, dest: Path) -> Path:
     return dest
 
 
-def run_benchmark(mpi: Mpi, bind: tuple[str, ...], binary: Path, options: list[str],
+def run_benchmark(mpi: Mpi, prefix: list[str], binary: Path, options: list[str],
                   benchmark: str, sizes: list[int], timeout: float) -> OsuResult:
     """One launch of ``binary`` on 2 ranks; its parsed table, checked for every size."""
-    cmd = [*mpi.launcher, *bind, str(binary), *options]
+    cmd = [*prefix, str(binary), *options]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                               env=tool_env(mpi))
@@ -139,6 +139,7 @@ def compare(mpi: Mpi, osu_prefix: Path, probes_dir: Path, args: argparse.Namespa
     sweep = powers_of_two(sizes[0], sizes[-1])
     options = ["-m", f"{sizes[0]}:{sizes[-1]}", *args.extra]
     bind = mpi.bind_core if args.bind == "core" else mpi.bind_none
+    launch = [*mpi.launcher, *bind]
     for round_no in range(args.rounds):
         for benchmark in args.benchmarks:
             osu_binary = find_osu_binary(osu_prefix, benchmark)
@@ -147,7 +148,7 @@ def compare(mpi: Mpi, osu_prefix: Path, probes_dir: Path, args: argparse.Namespa
             if round_no % 2:
                 pair.reverse()  # alternate who goes first, so drift hits both alike
             for who, binary in pair:
-                table = run_benchmark(mpi, bind, binary, options, benchmark, sweep,
+                table = run_benchmark(mpi, launch, binary, options, benchmark, sweep,
                                       args.timeout)
                 for size in sizes:
                     series = results.setdefault((mpi.name, benchmark, size), Series())
