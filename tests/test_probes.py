@@ -113,7 +113,7 @@ def expected_header(program: str, full: bool = False, validation: bool = False) 
     title = f"# OSU MPI {TITLES[program]} Test v7.2"
     check = "        Validation" if validation else ""
     if program in PT2PT:
-        column = "    Latency (us)" if program == "osu_latency" else "Bandwidth (MB/s)"
+        column = "Latency (us)" if program == "osu_latency" else "Bandwidth (MB/s)"
         return [title, f"# Size    {column:>18}{check}", "# Datatype: MPI_CHAR."]
     extra = "   Min Latency(us)   Max Latency(us)  Iterations" if full else ""
     return ["", title, "# Datatype: MPI_CHAR.", f"# Size       Avg Latency(us){extra}{check}"]
