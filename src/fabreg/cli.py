@@ -16,6 +16,12 @@ from fabreg import __version__
 from fabreg.errors import FabregError
 
 COMMAND_MODULES: tuple[str, ...] = (
+    # review side (issue 5): perflogs -> store -> verdicts, reports, metrics
+    "fabreg.commands.ingest",
+    "fabreg.commands.trends",
+    "fabreg.commands.compare",
+    "fabreg.commands.report",
+    "fabreg.commands.export",
 )
 
 

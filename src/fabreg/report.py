@@ -1,0 +1,247 @@
+"""Markdown summary and a self-contained HTML page of what moved.
+
+The HTML page embeds every plot as a base64 PNG and its CSS inline: it opens from a
+file with no network (no CDN, no script, no external URL). The same PNGs are written
+under ``plots/`` for the Markdown summary.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.dates as mdates  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from fabreg import compare  # noqa: E402
+from fabreg.perfvar import kind, lower_is_better, size_bytes  # noqa: E402
+from fabreg.store import SeriesData  # noqa: E402
+from fabreg.trends import REGRESSION, SeriesVerdict  # noqa: E402
+
+CSS = """
+body{font-family:sans-serif;margin:1.5em;max-width:1100px;color:#222}
+table{border-collapse:collapse;font-size:90%}td,th{border:1px solid #ccc;padding:2px 6px}
+.regression{color:#b00020;font-weight:bold}.improvement{color:#1b7f2a}
+img{max-width:100%;border:1px solid #eee}h2{border-bottom:2px solid #ddd}
+.series{margin-bottom:1.5em}
+"""
+
+
+@dataclass
+class Figure:
+    name: str  # file name under plots/
+    png: bytes
+    title: str
+
+
+def _iso(stamp: float) -> str:
+    return datetime.fromtimestamp(stamp, timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def group_of(series: SeriesData) -> tuple[str, str, str, str]:
+    """Report grouping: benchmark, MPI, transport, node count."""
+    p = series.key.param
+    return (p.get("benchmark", series.key.test), p.get("mpi", series.key.environ),
+            p.get("transport", "-"), p.get("num_nodes", p.get("nodes", "-")))
+
+
+def _png(fig: plt.Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def plot_series(verdict: SeriesVerdict) -> bytes:
+    """Values over time, level of each segment, change points, reference band."""
+    s = verdict.series
+    times = [datetime.fromtimestamp(t, timezone.utc) for t in s.time.tolist()]
+    fig, ax = plt.subplots(figsize=(9, 2.8))
+    failed = np.array([r == "fail" for r in s.result])
+    ax.plot(times, s.value, ".", ms=3, color="#4060a0", label="run")
+    if failed.any():
+        ax.plot([t for t, f in zip(times, failed) if f], s.value[failed], "x", ms=4,
+                color="#b00020", label="failed reference")
+    bounds = [0] + [c.index for c in verdict.changes] + [len(s)]
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if b > a:
+            level = float(np.median(s.value[a:b]))
+            ax.plot([times[a], times[b - 1]], [level, level], "-", color="#333", lw=1.5)
+    for c in verdict.changes:
+        colour = "#b00020" if c.verdict == REGRESSION else "#1b7f2a"
+        ax.axvline(times[c.index], color=colour, ls="--", lw=1)
+        ax.annotate(f"{c.shift_pct:+.1f}%", (times[c.index], 1.0), xycoords=("data",
+                    "axes fraction"), va="bottom", ha="center", fontsize=8, color=colour)
+    ref, lo, hi = float(s.ref[-1]), float(s.lower[-1]), float(s.upper[-1])
+    if np.isfinite(ref) and ref != 0:
+        ymin, ymax = ax.get_ylim()
+        low = ref * (1 + lo) if np.isfinite(lo) else min(ymin, ref)
+        high = ref * (1 + hi) if np.isfinite(hi) else max(ymax, ref)
+        ax.axhspan(low, high, color="#2a9d8f", alpha=0.12, label="reference band")
+        ax.axhline(ref, color="#2a9d8f", lw=0.8)
+        ax.set_ylim(min(ymin, low), max(ymax, high))
+    ax.set_ylabel(s.unit)
+    ax.set_title(s.key.text(), fontsize=8)
+    ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
+    ax.legend(fontsize=7, loc="best")
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    return _png(fig)
+
+
+def size_curves(all_series: list[SeriesData], base: compare.Selection,
+                cand: compare.Selection) -> list[tuple[str, str, dict[str, list]]]:
+    """(title, kind, {session: [(size, value, unit)]}) per test+parameters+kind with sizes."""
+    groups: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for s in all_series:
+        size = size_bytes(s.key.perfvar)
+        if size is None:
+            continue
+        what = "latency" if lower_is_better(s.unit, s.key.perfvar) else "bandwidth"
+        gkey = (s.key.test, s.key.params, s.key.system, s.key.partition, s.key.environ,
+                kind(s.key.perfvar), what)
+        for label, sel in (("baseline", base), ("candidate", cand)):
+            vals = s.value[sel.mask(s)]
+            if len(vals):
+                groups[gkey][label].append((size, float(np.median(vals)), s.unit))
+    out = []
+    for gkey, by_session in sorted(groups.items()):
+        sizes = {p[0] for pts in by_session.values() for p in pts}
+        if len(sizes) < 2:
+            continue
+        test, params, system, partition, environ, k, what = gkey
+        ptext = " ".join(f"{a}={b}" for a, b in params)
+        out.append((f"{test} {ptext} {system}:{partition}+{environ} {k}", what, by_session))
+    return out
+
+
+def plot_curve(title: str, what: str, by_session: dict[str, list],
+               labels: dict[str, str]) -> bytes:
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    unit = ""
+    for name, style in (("baseline", "o-"), ("candidate", "s--")):
+        pts = sorted(by_session.get(name, []))
+        if pts:
+            unit = pts[0][2]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, ms=4,
+                    label=f"{name}: {labels[name]}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel(f"{what} ({unit})")
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def build(all_series: list[SeriesData], verdicts: list[SeriesVerdict], out: Path,
+          curves: tuple[compare.Selection, compare.Selection] | None = None,
+          progress: Callable[[int, int], None] | None = None) -> tuple[Path, Path]:
+    """Write ``summary.md``, ``index.html`` and ``plots/`` under ``out``."""
+    plots = out / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    moved = [v for v in verdicts if v.changes]
+    curve_data = size_curves(all_series, *curves) if curves else []
+    total = len(moved) + len(curve_data)
+    done = 0
+    grouped: dict[tuple, list[tuple[SeriesVerdict, Figure]]] = defaultdict(list)
+    for v in moved:
+        fig = Figure(f"series-{v.series.id}.png", plot_series(v), v.series.key.text())
+        (plots / fig.name).write_bytes(fig.png)
+        grouped[group_of(v.series)].append((v, fig))
+        done += 1
+        if progress:
+            progress(done, total)
+    curve_figs = []
+    labels = {"baseline": curves[0].text, "candidate": curves[1].text} if curves else {}
+    for i, (title, what, by_session) in enumerate(curve_data):
+        fig = Figure(f"curve-{i}.png", plot_curve(title, what, by_session, labels), title)
+        (plots / fig.name).write_bytes(fig.png)
+        curve_figs.append((what, fig))
+        done += 1
+        if progress:
+            progress(done, total)
+    counts: dict[str, int] = defaultdict(int)
+    for v in verdicts:
+        counts[v.verdict] += 1
+    md = _markdown(verdicts, grouped, curve_figs, counts, labels)
+    page = _html(verdicts, grouped, curve_figs, counts, labels)
+    (out / "summary.md").write_text(md, encoding="utf-8")
+    (out / "index.html").write_text(page, encoding="utf-8")
+    return out / "summary.md", out / "index.html"
+
+
+def _change_rows(verdicts: list[SeriesVerdict]) -> list[tuple[SeriesVerdict, object]]:
+    rows = [(v, c) for v in verdicts for c in v.changes]
+    rows.sort(key=lambda vc: (vc[1].verdict != REGRESSION, -abs(vc[1].shift_pct)))
+    return rows
+
+
+def _markdown(verdicts, grouped, curve_figs, counts, labels) -> str:
+    lines = ["# fabreg trend report", "",
+             f"{len(verdicts)} series: " + ", ".join(f"{n} {k}" for k, n in sorted(
+                 counts.items())), "", "## Changes", "",
+             "| verdict | first run at new level | shift | 95 % CI | series |",
+             "|---|---|---|---|---|"]
+    for v, c in _change_rows(verdicts):
+        t = _iso(float(v.series.time[c.index]))
+        lines.append(f"| {c.verdict} | {t} | {c.shift_pct:+.1f} % | "
+                     f"[{c.ci_low_pct:+.1f}, {c.ci_high_pct:+.1f}] | "
+                     f"{v.series.key.text().replace('|', '/')} |")
+    for group in sorted(grouped):
+        lines += ["", "## benchmark {} / mpi {} / transport {} / nodes {}".format(*group), ""]
+        for v, fig in grouped[group]:
+            lines += [f"### {v.verdict}: {fig.title}", "", f"![{fig.title}](plots/{fig.name})",
+                      ""]
+    if curve_figs:
+        lines += ["", f"## Size curves: {labels['baseline']} vs {labels['candidate']}", ""]
+        for what, fig in curve_figs:
+            lines += [f"### {what} vs size: {fig.title}", "", f"![{fig.title}](plots/{fig.name})",
+                      ""]
+    return "\n".join(lines) + "\n"
+
+
+def _img(fig: Figure) -> str:
+    data = base64.b64encode(fig.png).decode()
+    return f'<img alt="{html.escape(fig.title)}" src="data:image/png;base64,{data}">'
+
+
+def _html(verdicts, grouped, curve_figs, counts, labels) -> str:
+    e = html.escape
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           "<title>fabreg trend report</title>", f"<style>{CSS}</style></head><body>",
+           "<h1>fabreg trend report</h1>",
+           "<p>" + e(f"{len(verdicts)} series: " + ", ".join(
+               f"{n} {k}" for k, n in sorted(counts.items()))) + "</p>",
+           "<h2>Changes</h2>", "<table><tr><th>verdict</th><th>first run at new level</th>"
+           "<th>shift</th><th>95 % CI</th><th>series</th></tr>"]
+    for v, c in _change_rows(verdicts):
+        t = _iso(float(v.series.time[c.index]))
+        out.append(f'<tr><td class="{c.verdict}">{c.verdict}</td><td>{t}</td>'
+                   f"<td>{c.shift_pct:+.1f} %</td><td>[{c.ci_low_pct:+.1f}, "
+                   f"{c.ci_high_pct:+.1f}]</td><td>{e(v.series.key.text())}</td></tr>")
+    out.append("</table>")
+    for group in sorted(grouped):
+        out.append("<h2>" + e("benchmark {} / mpi {} / transport {} / nodes {}".format(*group))
+                   + "</h2>")
+        for v, fig in grouped[group]:
+            out.append(f'<div class="series"><h3 class="{v.verdict}">{e(v.verdict)}: '
+                       f"{e(fig.title)}</h3>{_img(fig)}</div>")
+    if curve_figs:
+        out.append(f"<h2>Size curves: {e(labels['baseline'])} vs {e(labels['candidate'])}</h2>")
+        for what, fig in curve_figs:
+            out.append(f'<div class="series"><h3>{e(what)} vs size: {e(fig.title)}</h3>'
+                       f"{_img(fig)}</div>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,383 @@
+"""The fabreg store: every performance value ever ingested, in one SQLite file.
+
+Layout (docs/trends.md): ``series`` names each series once (test, parameters,
+system, partition, environment, performance variable); ``samples`` is the long
+table of values; ``sessions``/``run_sessions`` come from ReFrame's results DB;
+the ``long`` view joins them into one row per value.
+
+Ingest is idempotent (a value is unique per series, time and job id) and safe to
+run concurrently: WAL journal, a busy timeout, and one ``BEGIN IMMEDIATE``
+transaction per input file, so two ingests at once serialise instead of losing
+or duplicating values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from fabreg.errors import FabregError
+from fabreg.perflog import RunLink, Sample, Session, run_key
+
+DEFAULT_DB = os.path.join("perflogs", "fabreg.db")
+#: Seconds to wait for another process's write lock before giving up.
+DEFAULT_TIMEOUT = 60.0
+#: Runs without a results-DB session belong to the same derived session while
+#: consecutive runs are less than this many seconds apart.
+SESSION_GAP = 3600.0
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS series(
+    id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    test TEXT NOT NULL,
+    system TEXT NOT NULL,
+    partition TEXT NOT NULL,
+    environ TEXT NOT NULL,
+    perfvar TEXT NOT NULL,
+    params TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS samples(
+    series_id INTEGER NOT NULL REFERENCES series(id),
+    time REAL NOT NULL,
+    value REAL NOT NULL,
+    unit TEXT NOT NULL DEFAULT '',
+    ref REAL,
+    lower_thres REAL,
+    upper_thres REAL,
+    result TEXT NOT NULL DEFAULT '',
+    jobid TEXT NOT NULL DEFAULT '',
+    nodelist TEXT NOT NULL DEFAULT '',
+    run_key TEXT NOT NULL DEFAULT '',
+    session TEXT,
+    source TEXT NOT NULL DEFAULT '',
+    from_results_db INTEGER NOT NULL DEFAULT 0,
+    UNIQUE(series_id, time, jobid)
+);
+CREATE INDEX IF NOT EXISTS samples_run_key ON samples(run_key);
+CREATE INDEX IF NOT EXISTS samples_time ON samples(time);
+CREATE TABLE IF NOT EXISTS sessions(
+    uuid TEXT PRIMARY KEY,
+    start REAL,
+    end REAL,
+    extras TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS run_sessions(
+    run_key TEXT PRIMARY KEY,
+    session TEXT NOT NULL
+);
+CREATE VIEW IF NOT EXISTS long AS
+    SELECT s.test, s.params, s.system, s.partition, s.environ, s.perfvar,
+           v.time, v.value, v.unit, v.ref, v.lower_thres, v.upper_thres, v.result,
+           v.jobid, v.nodelist, COALESCE(v.session, r.session) AS session,
+           x.extras AS session_extras, v.source
+    FROM samples v JOIN series s ON s.id = v.series_id
+    LEFT JOIN run_sessions r ON r.run_key = v.run_key
+    LEFT JOIN sessions x ON x.uuid = COALESCE(v.session, r.session);
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+INSERT OR IGNORE INTO meta VALUES('schema_version', '1');
+"""
+
+
+def db_path(given: str | None) -> Path:
+    """``--db`` if given, else ``$FABREG_DB``, else ``perflogs/fabreg.db``."""
+    return Path(given or os.environ.get("FABREG_DB") or DEFAULT_DB)
+
+
+def add_db_argument(parser) -> None:  # argparse.ArgumentParser
+    parser.add_argument("--db", metavar="PATH",
+                        help=f"the store (default: $FABREG_DB or {DEFAULT_DB})")
+
+
+@dataclass(frozen=True)
+class SeriesKey:
+    """What identifies a series."""
+
+    test: str
+    params: tuple[tuple[str, str], ...]
+    system: str
+    partition: str
+    environ: str
+    perfvar: str
+
+    def as_json_object(self) -> dict[str, object]:
+        """The ``series`` object of ``fabreg trends --format json``."""
+        return {"test": self.test, "parameters": dict(self.params), "perfvar": self.perfvar,
+                "system": self.system, "partition": self.partition, "environ": self.environ}
+
+    def text(self) -> str:
+        params = " ".join(f"{k}={v}" for k, v in self.params)
+        return (f"{self.test} {params} {self.system}:{self.partition}+{self.environ} "
+                f"{self.perfvar}").replace("  ", " ")
+
+    @property
+    def param(self) -> dict[str, str]:
+        return dict(self.params)
+
+
+def series_key_of(sample: Sample) -> SeriesKey:
+    return SeriesKey(sample.test, tuple(sorted(sample.params.items())), sample.system,
+                     sample.partition, sample.environ, sample.perfvar)
+
+
+def _key_text(key: SeriesKey) -> str:
+    return json.dumps([key.test, key.params, key.system, key.partition, key.environ,
+                       key.perfvar], separators=(",", ":"))
+
+
+@dataclass
+class SeriesData:
+    """All values of one series, oldest first."""
+
+    id: int
+    key: SeriesKey
+    unit: str
+    time: np.ndarray
+    value: np.ndarray
+    ref: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    result: list[str]
+    session: list[str]
+    jobid: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+
+@dataclass
+class IngestCount:
+    added: int = 0
+    seen: int = 0
+    sessions: int = 0
+
+
+class Store:
+    """A connection to the fabreg SQLite store."""
+
+    def __init__(self, path: str | os.PathLike[str], create: bool = True,
+                 timeout: float | None = None) -> None:
+        self.path = Path(path)
+        if timeout is None:
+            timeout = float(os.environ.get("FABREG_DB_TIMEOUT", DEFAULT_TIMEOUT))
+        self.timeout = timeout
+        if not self.path.exists() and not create:
+            raise FabregError(f"no store at {self.path}: run 'fabreg ingest PATH' first "
+                              "(or give --db / FABREG_DB)")
+        if create:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.conn = sqlite3.connect(str(self.path), timeout=timeout,
+                                        isolation_level=None)
+            self.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            self._setup(create)
+        except sqlite3.DatabaseError as err:
+            raise self._error(err) from None
+
+    def _error(self, err: sqlite3.Error) -> FabregError:
+        text = str(err)
+        if "locked" in text or "busy" in text:
+            return FabregError(f"store {self.path} is locked by another process "
+                               f"(waited {self.timeout:g} s; set FABREG_DB_TIMEOUT to wait longer)")
+        if "not a database" in text or "malformed" in text:
+            return FabregError(f"{self.path} is not a fabreg store (SQLite says: {text})")
+        return FabregError(f"store {self.path}: {text}")
+
+    def _setup(self, create: bool) -> None:
+        tables = {r[0] for r in self.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+        if {"series", "samples"} <= tables:
+            return
+        if tables - {"meta"} and not {"series", "samples"} & tables:
+            raise FabregError(f"{self.path} is an SQLite file but not a fabreg store "
+                              f"(tables: {', '.join(sorted(tables))})")
+        if not create:
+            raise FabregError(f"store {self.path} is empty: run 'fabreg ingest PATH' first")
+        mode = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode.lower() != "wal":  # e.g. a file system without shared memory
+            self.conn.execute("PRAGMA journal_mode=DELETE")
+        try:
+            self.conn.executescript("BEGIN IMMEDIATE;" + SCHEMA + "COMMIT;")
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing ---------------------------------------------------------------------
+
+    def add(self, samples: Sequence[Sample], sessions: Iterable[Session] = (),
+            links: Iterable[RunLink] = (), from_results_db: bool = False) -> IngestCount:
+        """Add one input file's content in one transaction; return what was new.
+
+        Perflogs are the reference copy of a value: results-DB values are added only
+        for runs no perflog line holds, and a perflog line replaces the results-DB copy
+        of its run (the two may name parameters slightly differently).
+        """
+        count = IngestCount(seen=len(samples))
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                keys = sorted({_run_key(s) for s in samples})
+                removed = 0
+                if from_results_db:
+                    have = self._existing_run_keys(keys, from_results_db=False)
+                    samples = [s for s in samples if _run_key(s) not in have]
+                else:
+                    stale = self._existing_run_keys(keys, from_results_db=True)
+                    before = self.conn.total_changes
+                    self.conn.executemany(
+                        "DELETE FROM samples WHERE run_key=? AND from_results_db=1",
+                        [(k,) for k in stale])
+                    removed = self.conn.total_changes - before
+                before = self.conn.total_changes
+                self.conn.executemany(
+                    "INSERT INTO sessions(uuid, start, end, extras) VALUES(?,?,?,?) "
+                    "ON CONFLICT(uuid) DO UPDATE SET extras=excluded.extras",
+                    [(s.uuid, s.start, s.end, json.dumps(s.extras, sort_keys=True))
+                     for s in sessions])
+                count.sessions = self.conn.total_changes - before
+                self.conn.executemany("INSERT OR IGNORE INTO run_sessions VALUES(?,?)",
+                                      [(link.run_key, link.session) for link in links])
+                ids = self._series_ids(samples)
+                before = self.conn.total_changes
+                self.conn.executemany(
+                    "INSERT OR IGNORE INTO samples(series_id, time, value, unit, ref, "
+                    "lower_thres, upper_thres, result, jobid, nodelist, run_key, session, "
+                    "source, from_results_db) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    [(sid, s.time, s.value, s.unit, s.ref, s.lower_thres, s.upper_thres,
+                      s.result, s.jobid, s.nodelist, _run_key(s), s.session, s.source,
+                      int(from_results_db)) for sid, s in zip(ids, samples)])
+                count.added = max(0, self.conn.total_changes - before - removed)
+                self.conn.execute("COMMIT")
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as err:
+            raise self._error(err) from None
+        return count
+
+    def _existing_run_keys(self, keys: list[str], from_results_db: bool) -> set[str]:
+        have: set[str] = set()
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            have.update(r[0] for r in self.conn.execute(
+                f"SELECT DISTINCT run_key FROM samples WHERE run_key IN ({marks}) "
+                "AND from_results_db=?", [*chunk, int(from_results_db)]))
+        return have
+
+    def _series_ids(self, samples: Sequence[Sample]) -> list[int]:
+        cache: dict[SeriesKey, int] = {}
+        ids = []
+        for sample in samples:
+            key = series_key_of(sample)
+            sid = cache.get(key)
+            if sid is None:
+                text = _key_text(key)
+                self.conn.execute(
+                    "INSERT OR IGNORE INTO series(key, test, system, partition, environ, "
+                    "perfvar, params) VALUES(?,?,?,?,?,?,?)",
+                    (text, key.test, key.system, key.partition, key.environ, key.perfvar,
+                     json.dumps(dict(key.params), sort_keys=True)))
+                sid = self.conn.execute("SELECT id FROM series WHERE key=?",
+                                        (text,)).fetchone()[0]
+                cache[key] = sid
+            ids.append(sid)
+        return ids
+
+    # -- reading ---------------------------------------------------------------------
+
+    def sessions(self) -> dict[str, Session]:
+        """Results-DB sessions, by uuid."""
+        rows = self._query("SELECT uuid, start, end, extras FROM sessions ORDER BY start")
+        return {u: Session(u, s or 0.0, e or 0.0, json.loads(x)) for u, s, e, x in rows}
+
+    def _query(self, sql: str, args: Sequence[object] = ()) -> list[tuple]:
+        try:
+            return self.conn.execute(sql, args).fetchall()
+        except sqlite3.Error as err:
+            raise self._error(err) from None
+
+    def count(self) -> tuple[int, int]:
+        """(number of series, number of values)."""
+        nseries = self._query("SELECT COUNT(*) FROM series")[0][0]
+        nvalues = self._query("SELECT COUNT(*) FROM samples")[0][0]
+        return nseries, nvalues
+
+    def load(self) -> list[SeriesData]:
+        """Every series with its values, sessions resolved (results DB, else derived)."""
+        keys = {}
+        for sid, test, system, partition, environ, perfvar, params in self._query(
+                "SELECT id, test, system, partition, environ, perfvar, params FROM series"):
+            keys[sid] = SeriesKey(test, tuple(sorted(json.loads(params).items())), system,
+                                  partition, environ, perfvar)
+        rows = self._query(
+            "SELECT v.series_id, v.time, v.value, v.unit, v.ref, v.lower_thres, "
+            "v.upper_thres, v.result, COALESCE(v.session, r.session), v.jobid "
+            "FROM samples v LEFT JOIN run_sessions r ON r.run_key = v.run_key "
+            "ORDER BY v.series_id, v.time, v.jobid")
+        derived = derive_sessions(np.array([r[1] for r in rows if r[8] is None], dtype=float))
+        out: list[SeriesData] = []
+        start = 0
+        nan = float("nan")
+        while start < len(rows):
+            sid = rows[start][0]
+            end = start
+            while end < len(rows) and rows[end][0] == sid:
+                end += 1
+            chunk = rows[start:end]
+            out.append(SeriesData(
+                id=sid, key=keys[sid], unit=chunk[-1][3],
+                time=np.array([r[1] for r in chunk], dtype=float),
+                value=np.array([r[2] for r in chunk], dtype=float),
+                ref=np.array([nan if r[4] is None else r[4] for r in chunk], dtype=float),
+                lower=np.array([nan if r[5] is None else r[5] for r in chunk], dtype=float),
+                upper=np.array([nan if r[6] is None else r[6] for r in chunk], dtype=float),
+                result=[r[7] for r in chunk],
+                session=[r[8] if r[8] is not None else derived[r[1]] for r in chunk],
+                jobid=[r[9] for r in chunk],
+            ))
+            start = end
+        out.sort(key=lambda s: (s.key.test, s.key.params, s.key.system, s.key.partition,
+                                s.key.environ, s.key.perfvar))
+        return out
+
+
+def _run_key(sample: Sample) -> str:
+    return run_key(sample.display_name, sample.system, sample.partition, sample.environ,
+                   sample.jobid, sample.time)
+
+
+def derive_sessions(times: np.ndarray, gap: float = SESSION_GAP) -> dict[float, str]:
+    """Name sessions for runs the results DB does not know.
+
+    Rule: sort the run times; a new session starts where two consecutive runs are more
+    than ``gap`` seconds apart. The session is named ``run-<UTC start>`` after its
+    first run, e.g. ``run-20261121T055749Z``.
+    """
+    if len(times) == 0:
+        return {}
+    uniq = np.unique(times)
+    starts = np.concatenate(([True], np.diff(uniq) > gap))
+    first = uniq[np.maximum.accumulate(np.where(starts, np.arange(len(uniq)), 0))]
+    names = {}
+    for t, f in zip(uniq.tolist(), first.tolist()):
+        names[t] = "run-" + datetime.fromtimestamp(f, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return names
