@@ -74,28 +74,71 @@ class Problem:
         return f"{where}: {self.reason}"
 
 
-@dataclass
-class Sample:
-    """One value of one performance variable of one test run."""
+class Run:
+    """One test-case run: what a perflog line says besides its values."""
 
-    time: float  # unix seconds, UTC
-    test: str  # test base name, without parameters
-    params: dict[str, str]
-    system: str
-    partition: str
-    environ: str
-    perfvar: str
-    value: float
-    unit: str = ""
-    ref: float | None = None
-    lower_thres: float | None = None
-    upper_thres: float | None = None
-    result: str = ""
-    jobid: str = ""
-    nodelist: str = ""
-    display_name: str = ""
-    session: str | None = None
-    source: str = ""
+    __slots__ = ("time", "test", "params", "system", "partition", "environ", "jobid",
+                 "nodelist", "display_name", "session", "source", "param_key", "key")
+
+    def __init__(self, time: float, test: str, params: dict[str, str], system: str,
+                 partition: str, environ: str, jobid: str = "", nodelist: str = "",
+                 display_name: str = "", session: str | None = None, source: str = "",
+                 param_key: tuple[tuple[str, str], ...] | None = None) -> None:
+        self.time = time  # unix seconds, UTC, truncated to the second
+        self.test = test  # base name, without parameters
+        self.params = params
+        self.system = system
+        self.partition = partition
+        self.environ = environ
+        self.jobid = jobid
+        self.nodelist = nodelist
+        self.display_name = display_name or test
+        self.session = session
+        self.source = source
+        self.param_key = param_key if param_key is not None else tuple(sorted(params.items()))
+        self.key = run_key(self.display_name, system, partition, environ, jobid, time)
+
+    def __repr__(self) -> str:
+        return f"Run({self.key!r})"
+
+
+class Sample:
+    """One value of one performance variable of one run (a gap has no Sample)."""
+
+    __slots__ = ("run", "perfvar", "value", "unit", "ref", "lower_thres", "upper_thres",
+                 "result")
+
+    def __init__(self, run: Run, perfvar: str, value: float, unit: str = "",
+                 ref: float | None = None, lower_thres: float | None = None,
+                 upper_thres: float | None = None, result: str = "") -> None:
+        self.run = run
+        self.perfvar = perfvar
+        self.value = value
+        self.unit = unit
+        self.ref = ref
+        self.lower_thres = lower_thres
+        self.upper_thres = upper_thres
+        self.result = result
+
+    def __repr__(self) -> str:
+        return f"Sample({self.run.key!r}, {self.perfvar!r}, {self.value!r}, {self.unit!r})"
+
+    # Shortcuts to the run, for readers of single samples.
+    @property
+    def time(self) -> float:
+        return self.run.time
+
+    @property
+    def params(self) -> dict[str, str]:
+        return self.run.params
+
+    @property
+    def test(self) -> str:
+        return self.run.test
+
+    @property
+    def session(self) -> str | None:
+        return self.run.session
 
 
 @dataclass
@@ -163,24 +206,34 @@ def parse_time(text: str) -> float:
         if math.isfinite(number):
             return number
         raise ValueError(f"timestamp {text!r} is not finite")
-    iso = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
-    # Python < 3.11 does not accept '+0000': normalise it to '+00:00'.
-    iso = re.sub(r"([+-]\d\d)(\d\d)$", r"\1:\2", iso)
     try:
-        stamp = datetime.fromisoformat(iso)
+        stamp = datetime.fromisoformat(text)  # the common case: '...+00:00'
     except ValueError:
-        raise ValueError(f"timestamp {text!r} is not ISO 8601") from None
+        iso = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
+        # Python < 3.11 does not accept '+0000': normalise it to '+00:00'.
+        iso = re.sub(r"([+-]\d\d)(\d\d)$", r"\1:\2", iso)
+        try:
+            stamp = datetime.fromisoformat(iso)
+        except ValueError:
+            raise ValueError(f"timestamp {text!r} is not ISO 8601") from None
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=timezone.utc)
     return stamp.timestamp()
 
 
+_NULL_SPELLINGS = frozenset({"", "None", "null", "nan", "NaN", "N/A", "n/a"})
+
+
 def _number(text: str) -> float | None:
     """A float, or None for ReFrame's spellings of 'no value'."""
-    text = text.strip()
-    if text.lower() in _NULLS:
+    if text in _NULL_SPELLINGS:
         return None
-    number = float(text)
+    try:
+        number = float(text)
+    except ValueError:
+        if text.strip().lower() in _NULLS:
+            return None
+        raise
     return number if math.isfinite(number) else None
 
 
@@ -202,6 +255,10 @@ class _Header:
     index: dict[str, int]
     perfvars: list[str]
     params: list[str]
+    perfvar_columns: list[tuple[str, tuple[int, ...]]]
+    param_columns: list[tuple[str, int]]
+    memo: dict = field(default_factory=dict)  # raw name+attributes -> parsed
+    numbers: dict = field(default_factory=dict)  # raw ref+thresholds -> floats
 
 
 def _parse_header(line: str) -> _Header:
@@ -219,7 +276,10 @@ def _parse_header(line: str) -> _Header:
     for var in perfvars:
         taken.update(var + s for s in PERFVAR_SUFFIXES)
     params = [c for c in columns if c not in taken and c not in NOT_PARAMETERS]
-    return _Header(columns, index, perfvars, params)
+    perfvar_columns = [(v, tuple(index[v + suffix] for suffix in PERFVAR_SUFFIXES))
+                       for v in perfvars]
+    return _Header(columns, index, perfvars, params, perfvar_columns,
+                   [(p, index[p]) for p in params])
 
 
 def _is_header(line: str) -> bool:
@@ -262,44 +322,52 @@ def read_perflog_lines(lines: Iterable[str], source: str) -> tuple[list[Sample],
 
 
 def _line_samples(header: _Header, fields: list[str], source: str) -> list[Sample]:
-    def col(name: str) -> str:
-        i = header.index.get(name)
-        return fields[i].strip() if i is not None else ""
-
-    time = parse_time(col("job_completion_time"))
-    display = col("name")
-    test, name_params = split_name(display)
-    if not test:
-        raise ValueError("empty test name")
-    system, partition, environ = col("system"), col("partition"), col("environ")
+    idx = header.index
+    time = parse_time(fields[idx["job_completion_time"]])
+    display = fields[idx["name"]].strip()
+    system = fields[idx["system"]].strip()
+    partition = fields[idx["partition"]].strip()
+    environ = fields[idx["environ"]].strip()
     if not (system and partition and environ):
         raise ValueError("empty system, partition or environ")
-    params: dict[str, str] = dict(name_params)
-    for name in header.params:
-        value = _param_value(fields[header.index[name]])
-        if value is not None:
-            params[name] = value
+    # Runs of one series repeat the same name and attributes: parse them once.
+    raw = (display, *[fields[i] for _, i in header.param_columns])
+    cached = header.memo.get(raw)
+    if cached is None:
+        test, params = split_name(display)
+        for name, i in header.param_columns:
+            value = _param_value(fields[i])
+            if value is not None:
+                params[name] = value
+        cached = header.memo[raw] = (test, params, tuple(sorted(params.items())))
+    test, params, param_key = cached
+    if not test:
+        raise ValueError("empty test name")
+    jobid = fields[idx["jobid"]].strip() if "jobid" in idx else ""
+    nodes = fields[idx["job_nodelist"]].strip() if "job_nodelist" in idx else ""
+    run = Run(float(math.floor(time)), test, params, system, partition, environ, jobid, nodes,
+              display, None, source, param_key)
+    numbers = header.numbers
     out = []
-    for var in header.perfvars:
+    for var, (iv, iu, ir, il, ih, ires) in header.perfvar_columns:
         try:
-            value = _number(col(var + "_value"))
+            value = float(fields[iv])
         except ValueError:
-            raise ValueError(f"{var}_value {col(var + '_value')!r} is not a number") from None
-        if value is None:
+            try:
+                value = _number(fields[iv])
+            except ValueError:
+                raise ValueError(f"{var}_value {fields[iv]!r} is not a number") from None
+        if value is None or not math.isfinite(value):
             continue  # a gap, never a zero
         try:
-            ref = _number(col(var + "_ref"))
-            lower = _number(col(var + "_lower_thres"))
-            upper = _number(col(var + "_upper_thres"))
+            limits = numbers.get((fields[ir], fields[il], fields[ih]))
+            if limits is None:
+                limits = numbers[(fields[ir], fields[il], fields[ih])] = (
+                    _number(fields[ir]), _number(fields[il]), _number(fields[ih]))
         except ValueError as err:
             raise ValueError(f"{var}: reference or threshold is not a number ({err})") from None
-        out.append(Sample(
-            time=time, test=test, params=params, system=system, partition=partition,
-            environ=environ, perfvar=var, value=value, unit=col(var + "_unit"),
-            ref=ref, lower_thres=lower, upper_thres=upper, result=col(var + "_result"),
-            jobid=col("jobid"), nodelist=col("job_nodelist"), display_name=display,
-            source=source,
-        ))
+        out.append(Sample(run, var, value, fields[iu].strip(), *limits,
+                          fields[ires].strip()))
     return out
 
 
@@ -383,9 +451,7 @@ def read_results_db(path: Path) -> tuple[list[Session], list[RunLink], list[Samp
                                             f"session {uuid}: test case skipped ({err})"))
                     continue
                 if case_samples:
-                    s = case_samples[0]
-                    links.append(RunLink(run_key(s.display_name, s.system, s.partition,
-                                                 s.environ, s.jobid, s.time), uuid))
+                    links.append(RunLink(case_samples[0].run.key, uuid))
                 samples.extend(case_samples)
     return sessions, links, samples, problems
 
@@ -404,6 +470,10 @@ def _case_samples(case: dict, session: str, source: str) -> list[Sample]:
     nodelist = case.get("job_nodelist") or ""
     if isinstance(nodelist, list):
         nodelist = ",".join(nodelist)
+    # Perflog times have second resolution: truncate so both sources agree.
+    run = Run(float(math.floor(case["job_completion_time_unix"])), test, params,
+              case["system"], case["partition"], case["environ"], str(case.get("jobid") or ""),
+              nodelist, display, session, source)
     out = []
     for key, perf in case["perfvalues"].items():
         var = key.split(":")[-1]
@@ -411,15 +481,8 @@ def _case_samples(case: dict, session: str, source: str) -> list[Sample]:
         value = _number(str(value)) if value is not None else None
         if value is None:
             continue
-        out.append(Sample(
-            # Perflog times have second resolution: truncate so both sources agree.
-            time=float(math.floor(case["job_completion_time_unix"])), test=test, params=params,
-            system=case["system"], partition=case["partition"], environ=case["environ"],
-            perfvar=var, value=value, unit=unit or "",
-            ref=None if ref is None else float(ref),
-            lower_thres=None if lower is None else float(lower),
-            upper_thres=None if upper is None else float(upper),
-            result=result or "", jobid=str(case.get("jobid") or ""), nodelist=nodelist,
-            display_name=display, session=session, source=source,
-        ))
+        out.append(Sample(run, var, value, unit or "",
+                          None if ref is None else float(ref),
+                          None if lower is None else float(lower),
+                          None if upper is None else float(upper), result or ""))
     return out

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from fabreg.errors import FabregError
-from fabreg.perflog import RunLink, Sample, Session, run_key
+from fabreg.perflog import Run, RunLink, Sample, Session
 
 DEFAULT_DB = os.path.join("perflogs", "fabreg.db")
 #: Seconds to wait for another process's write lock before giving up.
@@ -44,25 +44,28 @@ CREATE TABLE IF NOT EXISTS series(
     perfvar TEXT NOT NULL,
     params TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS runs(
+    id INTEGER PRIMARY KEY,
+    run_key TEXT NOT NULL UNIQUE,
+    time REAL NOT NULL,
+    jobid TEXT NOT NULL DEFAULT '',
+    nodelist TEXT NOT NULL DEFAULT '',
+    session TEXT,
+    from_results_db INTEGER NOT NULL DEFAULT 0,
+    source TEXT NOT NULL DEFAULT ''
+);
 CREATE TABLE IF NOT EXISTS samples(
     series_id INTEGER NOT NULL REFERENCES series(id),
     time REAL NOT NULL,
+    run_id INTEGER NOT NULL REFERENCES runs(id),
     value REAL NOT NULL,
     unit TEXT NOT NULL DEFAULT '',
     ref REAL,
     lower_thres REAL,
     upper_thres REAL,
     result TEXT NOT NULL DEFAULT '',
-    jobid TEXT NOT NULL DEFAULT '',
-    nodelist TEXT NOT NULL DEFAULT '',
-    run_key TEXT NOT NULL DEFAULT '',
-    session TEXT,
-    source TEXT NOT NULL DEFAULT '',
-    from_results_db INTEGER NOT NULL DEFAULT 0,
-    UNIQUE(series_id, time, jobid)
-);
-CREATE INDEX IF NOT EXISTS samples_run_key ON samples(run_key);
-CREATE INDEX IF NOT EXISTS samples_time ON samples(time);
+    PRIMARY KEY(series_id, time, run_id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sessions(
     uuid TEXT PRIMARY KEY,
     start REAL,
@@ -76,11 +79,11 @@ CREATE TABLE IF NOT EXISTS run_sessions(
 CREATE VIEW IF NOT EXISTS long AS
     SELECT s.test, s.params, s.system, s.partition, s.environ, s.perfvar,
            v.time, v.value, v.unit, v.ref, v.lower_thres, v.upper_thres, v.result,
-           v.jobid, v.nodelist, COALESCE(v.session, r.session) AS session,
-           x.extras AS session_extras, v.source
-    FROM samples v JOIN series s ON s.id = v.series_id
-    LEFT JOIN run_sessions r ON r.run_key = v.run_key
-    LEFT JOIN sessions x ON x.uuid = COALESCE(v.session, r.session);
+           r.jobid, r.nodelist, COALESCE(r.session, l.session) AS session,
+           x.extras AS session_extras, r.source
+    FROM samples v JOIN series s ON s.id = v.series_id JOIN runs r ON r.id = v.run_id
+    LEFT JOIN run_sessions l ON l.run_key = r.run_key
+    LEFT JOIN sessions x ON x.uuid = COALESCE(r.session, l.session);
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 INSERT OR IGNORE INTO meta VALUES('schema_version', '1');
 """
@@ -122,11 +125,6 @@ class SeriesKey:
         return dict(self.params)
 
 
-def series_key_of(sample: Sample) -> SeriesKey:
-    return SeriesKey(sample.test, tuple(sorted(sample.params.items())), sample.system,
-                     sample.partition, sample.environ, sample.perfvar)
-
-
 def _key_text(key: SeriesKey) -> str:
     return json.dumps([key.test, key.params, key.system, key.partition, key.environ,
                        key.perfvar], separators=(",", ":"))
@@ -162,6 +160,8 @@ class IngestCount:
 class Store:
     """A connection to the fabreg SQLite store."""
 
+    _removed = 0
+
     def __init__(self, path: str | os.PathLike[str], create: bool = True,
                  timeout: float | None = None) -> None:
         self.path = Path(path)
@@ -177,6 +177,9 @@ class Store:
             self.conn = sqlite3.connect(str(self.path), timeout=timeout,
                                         isolation_level=None)
             self.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            # WAL + NORMAL: durable at each commit's checkpoint, much faster ingest.
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+            self.conn.execute("PRAGMA cache_size = -65536")
             self._setup(create)
         except sqlite3.DatabaseError as err:
             raise self._error(err) from None
@@ -233,37 +236,30 @@ class Store:
         try:
             self.conn.execute("BEGIN IMMEDIATE")
             try:
-                keys = sorted({_run_key(s) for s in samples})
-                removed = 0
-                if from_results_db:
-                    have = self._existing_run_keys(keys, from_results_db=False)
-                    samples = [s for s in samples if _run_key(s) not in have]
-                else:
-                    stale = self._existing_run_keys(keys, from_results_db=True)
-                    before = self.conn.total_changes
-                    self.conn.executemany(
-                        "DELETE FROM samples WHERE run_key=? AND from_results_db=1",
-                        [(k,) for k in stale])
-                    removed = self.conn.total_changes - before
                 before = self.conn.total_changes
                 self.conn.executemany(
                     "INSERT INTO sessions(uuid, start, end, extras) VALUES(?,?,?,?) "
-                    "ON CONFLICT(uuid) DO UPDATE SET extras=excluded.extras",
+                    "ON CONFLICT(uuid) DO UPDATE SET extras=excluded.extras "
+                    "WHERE extras != excluded.extras",
                     [(s.uuid, s.start, s.end, json.dumps(s.extras, sort_keys=True))
                      for s in sessions])
                 count.sessions = self.conn.total_changes - before
                 self.conn.executemany("INSERT OR IGNORE INTO run_sessions VALUES(?,?)",
                                       [(link.run_key, link.session) for link in links])
+                runs = {id(s.run): s.run for s in samples}
+                run_ids = self._run_ids(list(runs.values()), from_results_db)
                 ids = self._series_ids(samples)
+                rows = []
+                for sid, s in zip(ids, samples):
+                    rid = run_ids.get(id(s.run))
+                    if rid is not None:
+                        rows.append((sid, s.run.time, rid, s.value, s.unit, s.ref,
+                                     s.lower_thres, s.upper_thres, s.result))
                 before = self.conn.total_changes
                 self.conn.executemany(
-                    "INSERT OR IGNORE INTO samples(series_id, time, value, unit, ref, "
-                    "lower_thres, upper_thres, result, jobid, nodelist, run_key, session, "
-                    "source, from_results_db) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    [(sid, s.time, s.value, s.unit, s.ref, s.lower_thres, s.upper_thres,
-                      s.result, s.jobid, s.nodelist, _run_key(s), s.session, s.source,
-                      int(from_results_db)) for sid, s in zip(ids, samples)])
-                count.added = max(0, self.conn.total_changes - before - removed)
+                    "INSERT OR IGNORE INTO samples(series_id, time, run_id, value, unit, ref, "
+                    "lower_thres, upper_thres, result) VALUES(?,?,?,?,?,?,?,?,?)", rows)
+                count.added = max(0, self.conn.total_changes - before - self._removed)
                 self.conn.execute("COMMIT")
             except BaseException:
                 if self.conn.in_transaction:
@@ -273,23 +269,54 @@ class Store:
             raise self._error(err) from None
         return count
 
-    def _existing_run_keys(self, keys: list[str], from_results_db: bool) -> set[str]:
-        have: set[str] = set()
+    def _run_ids(self, runs: list[Run], from_results_db: bool) -> dict[int, int]:
+        """Insert runs; map id(Run) -> runs.id for the runs whose samples this file owns."""
+        self._removed = 0
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO runs(run_key, time, jobid, nodelist, session, "
+            "from_results_db, source) VALUES(?,?,?,?,?,?,?)",
+            [(r.key, r.time, r.jobid, r.nodelist, r.session, int(from_results_db), r.source)
+             for r in runs])
+        known: dict[str, tuple[int, int]] = {}
+        keys = [r.key for r in runs]
         for i in range(0, len(keys), 500):
             chunk = keys[i:i + 500]
             marks = ",".join("?" * len(chunk))
-            have.update(r[0] for r in self.conn.execute(
-                f"SELECT DISTINCT run_key FROM samples WHERE run_key IN ({marks}) "
-                "AND from_results_db=?", [*chunk, int(from_results_db)]))
-        return have
+            for rid, key, flag in self.conn.execute(
+                    f"SELECT id, run_key, from_results_db FROM runs WHERE run_key IN ({marks})",
+                    chunk):
+                known[key] = (rid, flag)
+        out: dict[int, int] = {}
+        takeover = []
+        for r in runs:
+            rid, flag = known[r.key]
+            if from_results_db and not flag:
+                continue  # a perflog already holds this run
+            if not from_results_db and flag:
+                takeover.append(rid)
+            out[id(r)] = rid
+        if takeover:  # rare: the results DB was ingested before its perflogs
+            before = self.conn.total_changes
+            self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS takeover(id INTEGER PRIMARY KEY)")
+            self.conn.execute("DELETE FROM takeover")
+            self.conn.executemany("INSERT OR IGNORE INTO takeover VALUES(?)",
+                                  [(i,) for i in takeover])
+            self.conn.execute("DELETE FROM samples WHERE run_id IN (SELECT id FROM takeover)")
+            self._removed = self.conn.total_changes - before
+            self.conn.executemany("UPDATE runs SET from_results_db=0 WHERE id=?",
+                                  [(i,) for i in takeover])
+        return out
 
     def _series_ids(self, samples: Sequence[Sample]) -> list[int]:
-        cache: dict[SeriesKey, int] = {}
+        cache: dict[tuple, int] = {}
         ids = []
         for sample in samples:
-            key = series_key_of(sample)
-            sid = cache.get(key)
+            run = sample.run
+            ckey = (run.test, run.param_key, run.system, run.partition, run.environ,
+                    sample.perfvar)
+            sid = cache.get(ckey)
             if sid is None:
+                key = SeriesKey(*ckey)
                 text = _key_text(key)
                 self.conn.execute(
                     "INSERT OR IGNORE INTO series(key, test, system, partition, environ, "
@@ -298,7 +325,7 @@ class Store:
                      json.dumps(dict(key.params), sort_keys=True)))
                 sid = self.conn.execute("SELECT id FROM series WHERE key=?",
                                         (text,)).fetchone()[0]
-                cache[key] = sid
+                cache[ckey] = sid
             ids.append(sid)
         return ids
 
@@ -328,41 +355,30 @@ class Store:
                 "SELECT id, test, system, partition, environ, perfvar, params FROM series"):
             keys[sid] = SeriesKey(test, tuple(sorted(json.loads(params).items())), system,
                                   partition, environ, perfvar)
+        runs = self._query("SELECT r.id, COALESCE(r.session, l.session), r.time, r.jobid "
+                           "FROM runs r LEFT JOIN run_sessions l ON l.run_key = r.run_key")
+        derived = derive_sessions(np.array([r[2] for r in runs if r[1] is None], dtype=float))
+        run_session = {r[0]: r[1] if r[1] is not None else derived[r[2]] for r in runs}
+        run_job = {r[0]: r[3] for r in runs}
         rows = self._query(
-            "SELECT v.series_id, v.time, v.value, v.unit, v.ref, v.lower_thres, "
-            "v.upper_thres, v.result, COALESCE(v.session, r.session), v.jobid "
-            "FROM samples v LEFT JOIN run_sessions r ON r.run_key = v.run_key "
-            "ORDER BY v.series_id, v.time, v.jobid")
-        derived = derive_sessions(np.array([r[1] for r in rows if r[8] is None], dtype=float))
+            "SELECT series_id, time, run_id, value, ref, lower_thres, upper_thres, result, "
+            "unit FROM samples ORDER BY series_id, time, run_id")
         out: list[SeriesData] = []
-        start = 0
-        nan = float("nan")
-        while start < len(rows):
-            sid = rows[start][0]
-            end = start
-            while end < len(rows) and rows[end][0] == sid:
-                end += 1
-            chunk = rows[start:end]
-            out.append(SeriesData(
-                id=sid, key=keys[sid], unit=chunk[-1][3],
-                time=np.array([r[1] for r in chunk], dtype=float),
-                value=np.array([r[2] for r in chunk], dtype=float),
-                ref=np.array([nan if r[4] is None else r[4] for r in chunk], dtype=float),
-                lower=np.array([nan if r[5] is None else r[5] for r in chunk], dtype=float),
-                upper=np.array([nan if r[6] is None else r[6] for r in chunk], dtype=float),
-                result=[r[7] for r in chunk],
-                session=[r[8] if r[8] is not None else derived[r[1]] for r in chunk],
-                jobid=[r[9] for r in chunk],
-            ))
-            start = end
+        if rows:
+            sid, time, run, value, ref, lower, upper, result, unit = zip(*rows)
+            sids = np.array(sid)
+            cols = [np.array(c, dtype=float) for c in (time, value, ref, lower, upper)]
+            cuts = [0, *(np.flatnonzero(np.diff(sids)) + 1).tolist(), len(rows)]
+            for a, b in zip(cuts[:-1], cuts[1:]):
+                out.append(SeriesData(
+                    id=int(sids[a]), key=keys[int(sids[a])], unit=unit[b - 1],
+                    time=cols[0][a:b], value=cols[1][a:b], ref=cols[2][a:b],
+                    lower=cols[3][a:b], upper=cols[4][a:b], result=list(result[a:b]),
+                    session=[run_session[r] for r in run[a:b]],
+                    jobid=[run_job[r] for r in run[a:b]]))
         out.sort(key=lambda s: (s.key.test, s.key.params, s.key.system, s.key.partition,
                                 s.key.environ, s.key.perfvar))
         return out
-
-
-def _run_key(sample: Sample) -> str:
-    return run_key(sample.display_name, sample.system, sample.partition, sample.environ,
-                   sample.jobid, sample.time)
 
 
 def derive_sessions(times: np.ndarray, gap: float = SESSION_GAP) -> dict[float, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fabreg import compare, report, trends
+from fabreg import compare, trends
 from fabreg.progress import Progress
 from fabreg.store import Store, add_db_argument, db_path
 
@@ -29,6 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fabreg import report  # matplotlib: import only when a report is wanted
+
     with Store(db_path(args.db), create=False) as store:
         all_series = store.load()
         known = store.sessions()
