@@ -57,7 +57,7 @@ def group_of(series: SeriesData) -> tuple[str, str, str, str]:
 
 def _png(fig: plt.Figure) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
+    fig.savefig(buf, format="png", dpi=72)
     plt.close(fig)
     return buf.getvalue()
 
@@ -65,22 +65,23 @@ def _png(fig: plt.Figure) -> bytes:
 def plot_series(verdict: SeriesVerdict) -> bytes:
     """Values over time, level of each segment, change points, reference band."""
     s = verdict.series
-    times = [datetime.fromtimestamp(t, timezone.utc) for t in s.time.tolist()]
-    fig, ax = plt.subplots(figsize=(9, 2.8))
+    days = s.time / 86400.0 + mdates.date2num(datetime(1970, 1, 1, tzinfo=timezone.utc))
+    fig = plt.figure(figsize=(9, 2.8))
+    ax = fig.add_axes((0.08, 0.2, 0.9, 0.68))
     failed = np.array([r == "fail" for r in s.result])
-    ax.plot(times, s.value, ".", ms=3, color="#4060a0", label="run")
+    ax.plot(days, s.value, ".", ms=3, color="#4060a0", label="run")
     if failed.any():
-        ax.plot([t for t, f in zip(times, failed) if f], s.value[failed], "x", ms=4,
-                color="#b00020", label="failed reference")
+        ax.plot(days[failed], s.value[failed], "x", ms=4, color="#b00020",
+                label="failed reference")
     bounds = [0] + [c.index for c in verdict.changes] + [len(s)]
     for a, b in zip(bounds[:-1], bounds[1:]):
         if b > a:
             level = float(np.median(s.value[a:b]))
-            ax.plot([times[a], times[b - 1]], [level, level], "-", color="#333", lw=1.5)
+            ax.plot([days[a], days[b - 1]], [level, level], "-", color="#333", lw=1.5)
     for c in verdict.changes:
         colour = "#b00020" if c.verdict == REGRESSION else "#1b7f2a"
-        ax.axvline(times[c.index], color=colour, ls="--", lw=1)
-        ax.annotate(f"{c.shift_pct:+.1f}%", (times[c.index], 1.0), xycoords=("data",
+        ax.axvline(days[c.index], color=colour, ls="--", lw=1)
+        ax.annotate(f"{c.shift_pct:+.1f}%", (days[c.index], 1.0), xycoords=("data",
                     "axes fraction"), va="bottom", ha="center", fontsize=8, color=colour)
     ref, lo, hi = float(s.ref[-1]), float(s.lower[-1]), float(s.upper[-1])
     if np.isfinite(ref) and ref != 0:
@@ -91,17 +92,22 @@ def plot_series(verdict: SeriesVerdict) -> bytes:
         ax.axhline(ref, color="#2a9d8f", lw=0.8)
         ax.set_ylim(min(ymin, low), max(ymax, high))
     ax.set_ylabel(s.unit)
-    ax.set_title(s.key.text(), fontsize=8)
+    ax.set_title(s.key.text(), fontsize=8, pad=12)
+    ax.xaxis.set_major_locator(mdates.AutoDateLocator(maxticks=8))
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
-    ax.legend(fontsize=7, loc="best")
-    fig.autofmt_xdate()
-    fig.tight_layout()
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7, loc="upper left", framealpha=0.6)
     return _png(fig)
 
 
 def size_curves(all_series: list[SeriesData], base: compare.Selection,
-                cand: compare.Selection) -> list[tuple[str, str, dict[str, list]]]:
-    """(title, kind, {session: [(size, value, unit)]}) per test+parameters+kind with sizes."""
+                cand: compare.Selection, min_diff_pct: float = 0.0
+                ) -> list[tuple[str, str, dict[str, list]]]:
+    """(title, kind, {session: [(size, value, unit)]}) per test+parameters+kind with sizes.
+
+    Only curves where some size differs by at least ``min_diff_pct`` between the two
+    sessions are kept (0: all of them).
+    """
     groups: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for s in all_series:
         size = size_bytes(s.key.perfvar)
@@ -119,6 +125,12 @@ def size_curves(all_series: list[SeriesData], base: compare.Selection,
         sizes = {p[0] for pts in by_session.values() for p in pts}
         if len(sizes) < 2:
             continue
+        if min_diff_pct > 0:
+            b = {p[0]: p[1] for p in by_session.get("baseline", [])}
+            c = {p[0]: p[1] for p in by_session.get("candidate", [])}
+            diffs = [abs(c[k] / b[k] - 1) * 100 for k in b.keys() & c.keys() if b[k]]
+            if not diffs or max(diffs) < min_diff_pct:
+                continue
         test, params, system, partition, environ, k, what = gkey
         ptext = " ".join(f"{a}={b}" for a, b in params)
         out.append((f"{test} {ptext} {system}:{partition}+{environ} {k}", what, by_session))
@@ -127,7 +139,8 @@ def size_curves(all_series: list[SeriesData], base: compare.Selection,
 
 def plot_curve(title: str, what: str, by_session: dict[str, list],
                labels: dict[str, str]) -> bytes:
-    fig, ax = plt.subplots(figsize=(6, 3.2))
+    fig = plt.figure(figsize=(6, 3.2))
+    ax = fig.add_axes((0.13, 0.15, 0.83, 0.75))
     unit = ""
     for name, style in (("baseline", "o-"), ("candidate", "s--")):
         pts = sorted(by_session.get(name, []))
@@ -140,19 +153,19 @@ def plot_curve(title: str, what: str, by_session: dict[str, list],
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel(f"{what} ({unit})")
     ax.set_title(title, fontsize=8)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    ax.legend(fontsize=7, loc="upper left")
     return _png(fig)
 
 
 def build(all_series: list[SeriesData], verdicts: list[SeriesVerdict], out: Path,
           curves: tuple[compare.Selection, compare.Selection] | None = None,
-          progress: Callable[[int, int], None] | None = None) -> tuple[Path, Path]:
+          progress: Callable[[int, int], None] | None = None,
+          curve_min_diff_pct: float = 10.0) -> tuple[Path, Path]:
     """Write ``summary.md``, ``index.html`` and ``plots/`` under ``out``."""
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     moved = [v for v in verdicts if v.changes]
-    curve_data = size_curves(all_series, *curves) if curves else []
+    curve_data = size_curves(all_series, *curves, curve_min_diff_pct) if curves else []
     total = len(moved) + len(curve_data)
     done = 0
     grouped: dict[tuple, list[tuple[SeriesVerdict, Figure]]] = defaultdict(list)

@@ -393,7 +393,6 @@ def derive_sessions(times: np.ndarray, gap: float = SESSION_GAP) -> dict[float, 
     uniq = np.unique(times)
     starts = np.concatenate(([True], np.diff(uniq) > gap))
     first = uniq[np.maximum.accumulate(np.where(starts, np.arange(len(uniq)), 0))]
-    names = {}
-    for t, f in zip(uniq.tolist(), first.tolist()):
-        names[t] = "run-" + datetime.fromtimestamp(f, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return names
+    label = {f: "run-" + datetime.fromtimestamp(f, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+             for f in np.unique(first).tolist()}
+    return {t: label[f] for t, f in zip(uniq.tolist(), first.tolist())}

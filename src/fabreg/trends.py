@@ -166,14 +166,14 @@ def change_points(values: np.ndarray, alpha: float = ALPHA,
     return sorted(set(cps)), prep
 
 
-def detect(series: SeriesData, alpha: float = ALPHA, min_run: int = MIN_RUN,
-           min_shift_pct: float = MIN_SHIFT_PCT) -> SeriesVerdict:
-    """Change points and verdict for one series."""
-    values = series.value
+def detect_values(values: np.ndarray, lower_better: bool, alpha: float = ALPHA,
+                  min_run: int = MIN_RUN, min_shift_pct: float = MIN_SHIFT_PCT
+                  ) -> tuple[str, list[Change], float]:
+    """(verdict, changes, noise %) for a plain array of values, oldest first."""
+    values = np.asarray(values, dtype=float)
     if len(values) < 2 * min_run:
-        return SeriesVerdict(series, TOO_FEW)
+        return TOO_FEW, [], 0.0
     cps, prep = change_points(values, alpha, min_run)
-    lower_better = lower_is_better(series.unit, series.key.perfvar)
     n = len(values)
     bounds = [0] + cps + [n]
     changes = []
@@ -182,8 +182,7 @@ def detect(series: SeriesData, alpha: float = ALPHA, min_run: int = MIN_RUN,
         left, right = prep.y[a:k], prep.y[k:b]
         d = float(np.mean(right) - np.mean(left))
         se = prep.sigma * math.sqrt(1 / len(left) + 1 / len(right))
-        t = abs(d) / se
-        p = min(1.0, (b - a - 2 * min_run + 1) * math.erfc(t / math.sqrt(2)))
+        p = min(1.0, (b - a - 2 * min_run + 1) * math.erfc(abs(d) / se / math.sqrt(2)))
         if prep.log:
             pct = [math.expm1(x) * 100 for x in (d, d - 1.96 * se, d + 1.96 * se)]
             before, after = math.exp(float(np.mean(left))), math.exp(float(np.mean(right)))
@@ -197,11 +196,17 @@ def detect(series: SeriesData, alpha: float = ALPHA, min_run: int = MIN_RUN,
         worse = (d > 0) if lower_better else (d < 0)
         changes.append(Change(k, pct[0], pct[1], pct[2], p,
                               REGRESSION if worse else IMPROVEMENT, before, after))
-    if not changes:
-        verdict = STABLE
-    else:
-        verdict = changes[-1].verdict
+    verdict = changes[-1].verdict if changes else STABLE
     noise = math.expm1(prep.sigma) * 100 if prep.log else prep.sigma * 100
+    return verdict, changes, noise
+
+
+def detect(series: SeriesData, alpha: float = ALPHA, min_run: int = MIN_RUN,
+           min_shift_pct: float = MIN_SHIFT_PCT) -> SeriesVerdict:
+    """Change points and verdict for one series of the store."""
+    verdict, changes, noise = detect_values(
+        series.value, lower_is_better(series.unit, series.key.perfvar), alpha, min_run,
+        min_shift_pct)
     return SeriesVerdict(series, verdict, changes, noise)
 
 

@@ -22,6 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="size curves: baseline runs (default latest~1; see fabreg compare)")
     p.add_argument("--candidate", default=None, metavar="SELECTOR",
                    help="size curves: candidate runs (default latest)")
+    p.add_argument("--curve-threshold", type=float, default=10.0, metavar="PCT",
+                   help="draw a size curve when some size differs by PCT %% between the two "
+                        "sessions (0: every curve; default %(default)s)")
     p.add_argument("--alpha", type=float, default=trends.ALPHA)
     p.add_argument("--min-shift", type=float, default=trends.MIN_SHIFT_PCT, metavar="PCT")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress")
@@ -43,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
         curves = (compare.resolve(args.baseline or "latest~1", sessions),
                   compare.resolve(args.candidate or "latest", sessions))
     md, page = report.build(all_series, verdicts, Path(args.out), curves,
-                            progress=Progress("report", 0, enabled=not args.quiet))
+                            progress=Progress("report", 0, enabled=not args.quiet),
+                            curve_min_diff_pct=args.curve_threshold)
     moved = sum(1 for v in verdicts if v.changes)
     print(f"wrote {md} and {page}: {len(verdicts)} series, {moved} with changes")
     return 0
