@@ -69,7 +69,8 @@ class Dataset:
 def generate(root: Path, sessions: int = 365, partitions: int = 1, shifted: float = 0.25,
              noise: tuple[float, float] = (0.01, 0.03), min_shift: float = 0.10,
              max_shift: float = 0.30, outliers: float = 0.01, gaps: float = 0.002,
-             seed: int = 1, system: str = "bench") -> Dataset:
+             seed: int = 1, system: str = "bench", transports: tuple[str, ...] = TRANSPORTS,
+             nodes: tuple[int, ...] = NODES) -> Dataset:
     """Write ``root/<system>/p<k>/<Check>.log`` (+ ``.log.h0``); return the truth."""
     rng = np.random.default_rng(seed)
     session_times = EPOCH + DAY * np.arange(sessions)
@@ -80,19 +81,20 @@ def generate(root: Path, sessions: int = 365, partitions: int = 1, shifted: floa
         pdir = root / system / partition
         pdir.mkdir(parents=True, exist_ok=True)
         for c, (check, benchmark, perfvars) in enumerate(CHECKS):
-            combos = [(m, t, n) for m in MPIS for t in TRANSPORTS for n in NODES]
+            combos = [(m, t, n) for m in MPIS for t in transports for n in nodes]
             # values[combo, var, session]
             values = np.empty((len(combos), len(perfvars), sessions))
-            for i, (mpi, transport, nodes) in enumerate(combos):
+            for i, (mpi, transport, n_nodes) in enumerate(combos):
                 for j, (var, unit) in enumerate(perfvars):
-                    truth = SeriesTruth(check, var, unit, mpi, transport, nodes, partition,
+                    truth = SeriesTruth(check, var, unit, mpi, transport, n_nodes, partition,
                                         noise=float(rng.uniform(*noise)))
                     level = float(np.exp(rng.uniform(np.log(0.5), np.log(20000.0))))
                     x = level * np.exp(rng.normal(0.0, truth.noise, sessions))
                     if rng.random() < shifted:
                         truth.shift = float(rng.choice([-1, 1]) * rng.uniform(min_shift,
                                                                                 max_shift))
-                        truth.shift_session = int(rng.integers(10, sessions - 3 + 1))
+                        first, last = min(10, sessions // 2), max(sessions - 3, 1)
+                        truth.shift_session = int(rng.integers(first, last + 1))
                         x[truth.shift_session:] *= 1.0 + truth.shift
                     spikes = rng.random(sessions) < outliers
                     if truth.lower_is_better:

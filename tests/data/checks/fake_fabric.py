@@ -8,6 +8,13 @@ variable names mirror fabreg's checks (``transport``, ``latency_8B``, ...).
 
 import reframe as rfm
 import reframe.utility.sanity as sn
+from reframe.core.builtins import (
+    parameter,
+    performance_function,
+    run_before,
+    sanity_function,
+    variable,
+)
 
 
 @rfm.simple_test
