@@ -15,8 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import REPO, fabreg, reframe_binary
+from conftest import REPO, fabreg, reframe_binary
 
 CHECK = REPO / "tests" / "data" / "checks" / "fake_fabric.py"
 pytestmark = pytest.mark.slow

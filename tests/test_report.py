@@ -35,7 +35,7 @@ def report_dir(tmp_path_factory) -> Path:
     generate(root / "perflogs", sessions=40, shifted=0.1, seed=31, transports=("shm", "tcp"),
              nodes=(1, 2))
     db = root / "fabreg.db"
-    from tests.conftest import fabreg
+    from conftest import fabreg
 
     fabreg("ingest", "-q", str(root / "perflogs"), db=db, check=True)
     proc = fabreg("report", "--out", str(root / "out"), "--curve-threshold", "0", db=db,
