@@ -255,8 +255,8 @@ def main() -> int:
         print("# Otava skipped (--no-otava)")
     elif py:
         configs = [{"window_len": 50, "max_pvalue": 0.001, "min_magnitude": 0.0}]
-        configs += [{"window_len": 50, "max_pvalue": p, "min_magnitude": 0.05}
-                    for p in (1e-3, 1e-5, 1e-7)]
+        configs += [{"window_len": 50, "max_pvalue": p, "min_magnitude": m}
+                    for p, m in ((1e-3, 0.05), (1e-5, 0.05), (1e-7, 0.05), (1e-10, 0.08))]
         results = run_otava(py, base, configs, work)
         online_results = run_otava(py, base, configs, work, truncate=True)
         for res, onl in zip(results, online_results):

@@ -246,7 +246,7 @@ def _param_value(text: object) -> str | None:
     if isinstance(text, (list, tuple)):
         return ",".join(str(v) for v in text)
     value = str(text).strip()
-    return None if value.lower() in {"", "none", "null"} else value
+    return None if value in ("", "None", "null") else value  # how ReFrame prints unset
 
 
 @dataclass

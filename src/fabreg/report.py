@@ -8,8 +8,10 @@ under ``plots/`` for the Markdown summary.
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import html
 import io
+import os
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ from fabreg.trends import REGRESSION, SeriesVerdict  # noqa: E402
 CSS = """
 body{font-family:sans-serif;margin:1.5em;max-width:1100px;color:#222}
 table{border-collapse:collapse;font-size:90%}td,th{border:1px solid #ccc;padding:2px 6px}
+td{white-space:nowrap}td:last-child{white-space:normal}
 .regression{color:#b00020;font-weight:bold}.improvement{color:#1b7f2a}
 img{max-width:100%;border:1px solid #eee}h2{border-bottom:2px solid #ddd}
 .series{margin-bottom:1.5em}
@@ -160,7 +163,7 @@ def plot_curve(title: str, what: str, by_session: dict[str, list],
 def build(all_series: list[SeriesData], verdicts: list[SeriesVerdict], out: Path,
           curves: tuple[compare.Selection, compare.Selection] | None = None,
           progress: Callable[[int, int], None] | None = None,
-          curve_min_diff_pct: float = 10.0) -> tuple[Path, Path]:
+          curve_min_diff_pct: float = 10.0, jobs: int | None = None) -> tuple[Path, Path]:
     """Write ``summary.md``, ``index.html`` and ``plots/`` under ``out``."""
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
@@ -169,22 +172,35 @@ def build(all_series: list[SeriesData], verdicts: list[SeriesVerdict], out: Path
     total = len(moved) + len(curve_data)
     done = 0
     grouped: dict[tuple, list[tuple[SeriesVerdict, Figure]]] = defaultdict(list)
-    for v in moved:
-        fig = Figure(f"series-{v.series.id}.png", plot_series(v), v.series.key.text())
+    labels = {"baseline": curves[0].text, "candidate": curves[1].text} if curves else {}
+    tasks = [(plot_series, (v,)) for v in moved]
+    tasks += [(plot_curve, (title, what, by_session, labels))
+              for title, what, by_session in curve_data]
+    pngs: list[bytes] = []
+    # Plots are independent: draw them on every core (matplotlib is single-threaded).
+    workers = min(jobs or os.cpu_count() or 1, len(tasks))
+    if workers > 1:
+        with concurrent.futures.ProcessPoolExecutor(workers) as pool:
+            for png in pool.map(_draw, tasks, chunksize=8):
+                pngs.append(png)
+                done += 1
+                if progress:
+                    progress(done, total)
+    else:
+        for task in tasks:
+            pngs.append(_draw(task))
+            done += 1
+            if progress:
+                progress(done, total)
+    for v, png in zip(moved, pngs):
+        fig = Figure(f"series-{v.series.id}.png", png, v.series.key.text())
         (plots / fig.name).write_bytes(fig.png)
         grouped[group_of(v.series)].append((v, fig))
-        done += 1
-        if progress:
-            progress(done, total)
     curve_figs = []
-    labels = {"baseline": curves[0].text, "candidate": curves[1].text} if curves else {}
-    for i, (title, what, by_session) in enumerate(curve_data):
-        fig = Figure(f"curve-{i}.png", plot_curve(title, what, by_session, labels), title)
+    for i, ((title, what, _), png) in enumerate(zip(curve_data, pngs[len(moved):])):
+        fig = Figure(f"curve-{i}.png", png, title)
         (plots / fig.name).write_bytes(fig.png)
         curve_figs.append((what, fig))
-        done += 1
-        if progress:
-            progress(done, total)
     counts: dict[str, int] = defaultdict(int)
     for v in verdicts:
         counts[v.verdict] += 1
@@ -193,6 +209,11 @@ def build(all_series: list[SeriesData], verdicts: list[SeriesVerdict], out: Path
     (out / "summary.md").write_text(md, encoding="utf-8")
     (out / "index.html").write_text(page, encoding="utf-8")
     return out / "summary.md", out / "index.html"
+
+
+def _draw(task: tuple[Callable[..., bytes], tuple]) -> bytes:
+    function, args = task
+    return function(*args)
 
 
 def _change_rows(verdicts: list[SeriesVerdict]) -> list[tuple[SeriesVerdict, object]]:

@@ -342,6 +342,17 @@ class Store:
         except sqlite3.Error as err:
             raise self._error(err) from None
 
+    @staticmethod
+    def _series_data(rows: list[tuple], keys: dict[int, SeriesKey], run_session: dict[int, str],
+                     run_job: dict[int, str]) -> SeriesData:
+        sid, time, run, value, ref, lower, upper, result, unit = zip(*rows)
+        return SeriesData(
+            id=sid[0], key=keys[sid[0]], unit=unit[-1],
+            time=np.array(time, dtype=float), value=np.array(value, dtype=float),
+            ref=np.array(ref, dtype=float), lower=np.array(lower, dtype=float),
+            upper=np.array(upper, dtype=float), result=list(result),
+            session=[run_session[r] for r in run], jobid=[run_job[r] for r in run])
+
     def count(self) -> tuple[int, int]:
         """(number of series, number of values)."""
         nseries = self._query("SELECT COUNT(*) FROM series")[0][0]
@@ -360,22 +371,26 @@ class Store:
         derived = derive_sessions(np.array([r[2] for r in runs if r[1] is None], dtype=float))
         run_session = {r[0]: r[1] if r[1] is not None else derived[r[2]] for r in runs}
         run_job = {r[0]: r[3] for r in runs}
-        rows = self._query(
-            "SELECT series_id, time, run_id, value, ref, lower_thres, upper_thres, result, "
-            "unit FROM samples ORDER BY series_id, time, run_id")
         out: list[SeriesData] = []
-        if rows:
-            sid, time, run, value, ref, lower, upper, result, unit = zip(*rows)
-            sids = np.array(sid)
-            cols = [np.array(c, dtype=float) for c in (time, value, ref, lower, upper)]
-            cuts = [0, *(np.flatnonzero(np.diff(sids)) + 1).tolist(), len(rows)]
-            for a, b in zip(cuts[:-1], cuts[1:]):
-                out.append(SeriesData(
-                    id=int(sids[a]), key=keys[int(sids[a])], unit=unit[b - 1],
-                    time=cols[0][a:b], value=cols[1][a:b], ref=cols[2][a:b],
-                    lower=cols[3][a:b], upper=cols[4][a:b], result=list(result[a:b]),
-                    session=[run_session[r] for r in run[a:b]],
-                    jobid=[run_job[r] for r in run[a:b]]))
+        try:
+            cursor = self.conn.execute(
+                "SELECT series_id, time, run_id, value, ref, lower_thres, upper_thres, "
+                "result, unit FROM samples ORDER BY series_id, time, run_id")
+            pending: list[tuple] = []
+            # One series at a time: memory stays near the size of the arrays.
+            while True:
+                rows = cursor.fetchmany(20000)
+                for row in rows:
+                    if pending and row[0] != pending[0][0]:
+                        out.append(self._series_data(pending, keys, run_session, run_job))
+                        pending = []
+                    pending.append(row)
+                if not rows:
+                    break
+            if pending:
+                out.append(self._series_data(pending, keys, run_session, run_job))
+        except sqlite3.Error as err:
+            raise self._error(err) from None
         out.sort(key=lambda s: (s.key.test, s.key.params, s.key.system, s.key.partition,
                                 s.key.environ, s.key.perfvar))
         return out

@@ -27,6 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "sessions (0: every curve; default %(default)s)")
     p.add_argument("--alpha", type=float, default=trends.ALPHA)
     p.add_argument("--min-shift", type=float, default=trends.MIN_SHIFT_PCT, metavar="PCT")
+    p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                   help="processes drawing plots (default: one per CPU)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress")
     p.set_defaults(func=run)
 
@@ -47,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
                   compare.resolve(args.candidate or "latest", sessions))
     md, page = report.build(all_series, verdicts, Path(args.out), curves,
                             progress=Progress("report", 0, enabled=not args.quiet),
-                            curve_min_diff_pct=args.curve_threshold)
+                            curve_min_diff_pct=args.curve_threshold, jobs=args.jobs)
     moved = sum(1 for v in verdicts if v.changes)
     print(f"wrote {md} and {page}: {len(verdicts)} series, {moved} with changes")
     return 0
