@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fabreg.errors import FabregError
+from fabreg.metrics import lower_is_better
 from fabreg.perflog import Session, parse_time
-from fabreg.perfvar import lower_is_better
 from fabreg.significance import welch_p
 from fabreg.store import SeriesData
 
@@ -146,7 +146,7 @@ def compare(all_series: list[SeriesData], baseline: Selection, candidate: Select
             continue
         cb, cc = _centre(b), _centre(c)
         shift = (cc / cb - 1.0) * 100.0 if cb else math.inf
-        worse = shift if lower_is_better(series.unit, series.key.perfvar) else -shift
+        worse = shift if lower_is_better(series.key.perfvar, series.unit) else -shift
         positive = bool(np.all(b > 0) and np.all(c > 0))
         p = welch_p(np.log(b).tolist(), np.log(c).tolist()) if positive else \
             welch_p(b.tolist(), c.tolist())

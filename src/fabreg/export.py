@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from fabreg.perfvar import kind, size_bytes, to_megabytes_per_second, to_microseconds
+from fabreg.metrics import split_perfvar
 from fabreg.store import SeriesData
 from fabreg.trends import SeriesVerdict
 
@@ -48,7 +48,7 @@ def escape(value: str) -> str:
 
 def series_labels(series: SeriesData) -> dict[str, str]:
     params = series.key.param
-    size = size_bytes(series.key.perfvar)
+    size = split_perfvar(series.key.perfvar)[1]
     return {
         "test": series.key.test,
         "benchmark": params.get("benchmark", ""),
@@ -74,9 +74,25 @@ def _fmt_value(value: float) -> str:
     return repr(float(value))
 
 
+_MICROSECONDS = {"ns": 1e-3, "us": 1.0, "µs": 1.0, "usec": 1.0, "ms": 1e3, "s": 1e6}
+#: MB/s as OSU prints it (10^6 bytes per second).
+_MEGABYTES_PER_SECOND = {"B/s": 1e-6, "KB/s": 1e-3, "MB/s": 1.0, "GB/s": 1e3, "MiB/s": 1.048576,
+                         "GiB/s": 1073.741824, "Gbit/s": 125.0, "Mbit/s": 0.125}
+
+
+def to_microseconds(value: float, unit: str) -> float | None:
+    factor = _MICROSECONDS.get(unit.strip())
+    return None if factor is None else value * factor
+
+
+def to_megabytes_per_second(value: float, unit: str) -> float | None:
+    factor = _MEGABYTES_PER_SECOND.get(unit.strip())
+    return None if factor is None else value * factor
+
+
 def _metric(series: SeriesData, value: float) -> tuple[str, float, dict[str, str]]:
     """(metric name, value in the metric's unit, extra labels) for a series' value."""
-    what = kind(series.key.perfvar).lower()
+    what = split_perfvar(series.key.perfvar)[0].lower()
     if what.startswith("lat") or what in ("time",):
         us = to_microseconds(value, series.unit)
         if us is not None:

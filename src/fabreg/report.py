@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from fabreg import compare  # noqa: E402
-from fabreg.perfvar import kind, lower_is_better, size_bytes  # noqa: E402
+from fabreg.metrics import lower_is_better, split_perfvar  # noqa: E402
 from fabreg.store import SeriesData  # noqa: E402
 from fabreg.trends import REGRESSION, SeriesVerdict  # noqa: E402
 
@@ -113,12 +113,12 @@ def size_curves(all_series: list[SeriesData], base: compare.Selection,
     """
     groups: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for s in all_series:
-        size = size_bytes(s.key.perfvar)
+        metric, size = split_perfvar(s.key.perfvar)
         if size is None:
             continue
-        what = "latency" if lower_is_better(s.unit, s.key.perfvar) else "bandwidth"
+        what = "latency" if lower_is_better(s.key.perfvar, s.unit) else "bandwidth"
         gkey = (s.key.test, s.key.params, s.key.system, s.key.partition, s.key.environ,
-                kind(s.key.perfvar), what)
+                metric, what)
         for label, sel in (("baseline", base), ("candidate", cand)):
             vals = s.value[sel.mask(s)]
             if len(vals):

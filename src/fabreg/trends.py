@@ -19,7 +19,7 @@ Method (docs/trends.md has the evidence for choosing it):
 
 Every change reports the first run at the new level, ``shift_pct`` (relative change
 of the segment means) with a 95 % confidence interval, and whether it is a
-regression or an improvement for this variable (:func:`fabreg.perfvar.lower_is_better`).
+regression or an improvement for this variable (:func:`fabreg.metrics.lower_is_better`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fabreg.perfvar import lower_is_better
+from fabreg.metrics import lower_is_better
 from fabreg.store import SeriesData
 
 ALPHA = 0.001
@@ -205,7 +205,7 @@ def detect(series: SeriesData, alpha: float = ALPHA, min_run: int = MIN_RUN,
            min_shift_pct: float = MIN_SHIFT_PCT) -> SeriesVerdict:
     """Change points and verdict for one series of the store."""
     verdict, changes, noise = detect_values(
-        series.value, lower_is_better(series.unit, series.key.perfvar), alpha, min_run,
+        series.value, lower_is_better(series.key.perfvar, series.unit), alpha, min_run,
         min_shift_pct)
     return SeriesVerdict(series, verdict, changes, noise)
 

@@ -50,10 +50,30 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _store_state(db: str | None) -> tuple:
+    """Size and mtime of the store and its WAL: unchanged means the metrics are too."""
+    path = db_path(db)
+    state = []
+    for p in (path, path.with_name(path.name + "-wal")):
+        try:
+            st = p.stat()
+            state.append((st.st_size, st.st_mtime_ns))
+        except OSError:
+            state.append(None)
+    return tuple(state)
+
+
 def run_serve(args: argparse.Namespace) -> int:
-    produce(args.db)  # fail now, with a clear message, if the store is missing
+    cache: dict[str, object] = {"state": _store_state(args.db), "text": produce(args.db)}
+
+    def cached() -> str:
+        state = _store_state(args.db)
+        if state != cache["state"]:
+            cache["text"], cache["state"] = produce(args.db), state
+        return str(cache["text"])
+
     try:
-        server = export.MetricsServer(args.host, args.port, lambda: produce(args.db))
+        server = export.MetricsServer(args.host, args.port, cached)
     except OSError as err:
         raise FabregError(f"cannot listen on {args.host}:{args.port}: "
                           f"{err.strerror or err}") from None

@@ -36,6 +36,8 @@ def run_ingest(args: argparse.Namespace) -> int:
         logs, dbs = perflog.find_inputs(args.paths)
     except FileNotFoundError as err:
         raise FabregError(f"no such file or directory: {err}") from None
+    store_path = db_path(args.db).resolve()
+    dbs = [p for p in dbs if p.resolve() != store_path]  # never read the store itself
     # Perflogs first: they are the reference copy of each value (see Store.add).
     inputs = [(p, "log") for p in logs] + [(p, "db") for p in dbs]
     if not inputs:
