@@ -12,6 +12,7 @@ import concurrent.futures
 import html
 import io
 import os
+import textwrap
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ def plot_series(verdict: SeriesVerdict) -> bytes:
     s = verdict.series
     days = s.time / 86400.0 + mdates.date2num(datetime(1970, 1, 1, tzinfo=timezone.utc))
     fig = plt.figure(figsize=(9, 2.8))
-    ax = fig.add_axes((0.08, 0.2, 0.9, 0.68))
+    ax = fig.add_axes((0.08, 0.2, 0.9, 0.62))
     failed = np.array([r == "fail" for r in s.result])
     ax.plot(days, s.value, ".", ms=3, color="#4060a0", label="run")
     if failed.any():
@@ -95,7 +96,7 @@ def plot_series(verdict: SeriesVerdict) -> bytes:
         ax.axhline(ref, color="#2a9d8f", lw=0.8)
         ax.set_ylim(min(ymin, low), max(ymax, high))
     ax.set_ylabel(s.unit)
-    ax.set_title(s.key.text(), fontsize=8, pad=12)
+    ax.set_title(textwrap.fill(s.key.text(), 130), fontsize=7, pad=12)
     ax.xaxis.set_major_locator(mdates.AutoDateLocator(maxticks=8))
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
     ax.tick_params(labelsize=7)
@@ -143,7 +144,7 @@ def size_curves(all_series: list[SeriesData], base: compare.Selection,
 def plot_curve(title: str, what: str, by_session: dict[str, list],
                labels: dict[str, str]) -> bytes:
     fig = plt.figure(figsize=(6, 3.2))
-    ax = fig.add_axes((0.13, 0.15, 0.83, 0.75))
+    ax = fig.add_axes((0.13, 0.15, 0.83, 0.68))
     unit = ""
     for name, style in (("baseline", "o-"), ("candidate", "s--")):
         pts = sorted(by_session.get(name, []))
@@ -155,7 +156,7 @@ def plot_curve(title: str, what: str, by_session: dict[str, list],
     ax.set_yscale("log")
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel(f"{what} ({unit})")
-    ax.set_title(title, fontsize=8)
+    ax.set_title(textwrap.fill(title, 80), fontsize=7)
     ax.legend(fontsize=7, loc="upper left")
     return _png(fig)
 
