@@ -159,17 +159,22 @@ class MpiCheck(rfm.RunOnlyRegressionTest):
 
     @run_after("init")
     def restrict_to_valid_combinations(self) -> None:
-        """Keep only partitions and environments where this (transport, nodes) can exist."""
+        """Keep only partitions and environments where this (transport, nodes) can exist.
+
+        Narrows what ``valid_systems``/``valid_prog_environs`` already allow (so
+        ``-S valid_prog_environs=mpich`` still selects), never widens it.
+        """
         scope = tx.TRANSPORTS[self.transport]
         if (scope == tx.INTRA_NODE) != (self.nodes == 1):
             self.valid_systems = []
             return
-        parts = _partitions()
-        if not parts:
+        if not _partitions():
             return
-        self.valid_systems = [p.fullname for p in parts if max_nodes(p) >= self.nodes]
+        allowed = rt.valid_sysenv_comb(self.valid_systems, self.valid_prog_environs)
+        parts = [p for p in allowed if max_nodes(p) >= self.nodes]
+        self.valid_systems = [p.fullname for p in parts]
         self.valid_prog_environs = sorted({
-            env.name for p in parts for env in p.environs
+            env.name for p in parts for env in allowed[p]
             if "mpi" in env.features and self.transport in tx.SUPPORTED.get(mpi_name(env), ())
         })
 
