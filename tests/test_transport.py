@@ -207,33 +207,38 @@ def test_ob1_btls_from_real_verbose_output(golden):
         "self", "tcp"]
 
 
+def verify1(spec, text):
+    """Verify a golden output: those runs put both ranks on one host, so no placement check."""
+    return t.verify(spec, text, placement=False)
+
+
 def test_verify_real_logs(golden):
     ucx_tcp = _golden(golden, "openmpi-ucx-tcp-loginfo-osu_latency.txt")
     ucx_shm = _golden(golden, "openmpi-ucx-shm-loginfo-osu_latency.txt")
     ob1_tcp = _golden(golden, "openmpi-ob1-tcp-btlverbose-osu_latency.txt")
     tcp = t.launch_spec("openmpi", "tcp", nodes=2, inventory=OMPI4)
-    v = t.verify(tcp, ucx_tcp)
+    v = verify1(tcp, ucx_tcp)
     assert (v.ok, v.used) == (True, "tcp")
     assert v.evidence == ("UCX tag lanes: self/memory0, tcp/br0, tcp/lo",)
 
-    v = t.verify(tcp, ob1_tcp)
+    v = verify1(tcp, ob1_tcp)
     assert not v.ok and v.used == "tcp_ob1"
     assert v.problem == ("asked for tcp but traffic went over tcp_ob1 (ob1 BTLs: self, tcp)")
 
     ob1 = t.launch_spec("openmpi", "tcp_ob1", nodes=2, inventory=OMPI4)
-    assert t.verify(ob1, ob1_tcp).ok
-    v = t.verify(ob1, ucx_tcp)
+    assert verify1(ob1, ob1_tcp).ok
+    v = verify1(ob1, ucx_tcp)
     assert not v.ok and "asked for tcp_ob1 but traffic went over tcp (UCX tag lanes" in v.problem
 
     shm = t.launch_spec("mpich", "shm", nodes=1, ranks_per_node=2)
-    assert t.verify(shm, ucx_shm).used == "shm" and t.verify(shm, ucx_shm).ok
-    assert "asked for shm but traffic went over tcp" in t.verify(shm, ucx_tcp).problem
+    assert verify1(shm, ucx_shm).used == "shm" and verify1(shm, ucx_shm).ok
+    assert "asked for shm but traffic went over tcp" in verify1(shm, ucx_tcp).problem
 
 
 def test_failed_run_has_no_evidence(golden):
     # This golden run never started (mpiexec missing): nothing may be verified from it.
     text = _golden(golden, "mpich-ucx-tcp-loginfo-osu_latency.txt")
-    v = t.verify(t.launch_spec("mpich", "tcp", nodes=2), text)
+    v = verify1(t.launch_spec("mpich", "tcp", nodes=2), text)
     assert not v.ok and v.used == ""
     assert v.problem.startswith("no evidence of the transport used: UCX endpoint lanes")
 
@@ -242,19 +247,37 @@ def test_shared_nodes_allow_shm_next_to_the_inter_node_transport(golden):
     both = (_golden(golden, "openmpi-ucx-tcp-loginfo-osu_latency.txt")
             + _golden(golden, "openmpi-ucx-shm-loginfo-osu_latency.txt"))
     shared = t.launch_spec("mpich", "tcp", nodes=2, ranks_per_node=2)
-    v = t.verify(shared, both)
+    v = verify1(shared, both)
     assert v.ok and v.used == "tcp+shm"
     alone = t.launch_spec("mpich", "tcp", nodes=2, ranks_per_node=1)
-    assert t.verify(alone, both).problem.startswith("asked for tcp but traffic went over tcp+shm")
+    assert verify1(alone, both).problem.startswith("asked for tcp but traffic went over tcp+shm")
 
 
 def test_lanes_outside_the_partition_devices_fail(golden):
     text = _golden(golden, "openmpi-ucx-tcp-loginfo-osu_latency.txt")
     spec = t.launch_spec("mpich", "tcp", nodes=2, net=t.NetConfig(tcp_interfaces=("br0",)))
-    v = t.verify(spec, text)
+    v = verify1(spec, text)
     assert v.problem == "tcp ran on tcp/lo, outside the partition's devices (br0)"
     spec = t.launch_spec("mpich", "tcp", nodes=2, net=t.NetConfig(tcp_interfaces=("br0", "lo")))
-    assert t.verify(spec, text).ok
+    assert verify1(spec, text).ok
+
+
+def test_placement_across_nodes_is_part_of_verification(golden):
+    text = _golden(golden, "openmpi-ucx-tcp-loginfo-osu_latency.txt")
+    spec = t.launch_spec("openmpi", "tcp", nodes=2, inventory=OMPI4)
+    v = t.verify(spec, text)
+    assert v.problem == (
+        "the ranks ran on 1 host(s) (vm), not on 2 nodes: tcp was not exercised between nodes "
+        "(check the launcher's placement options)")
+    # The same log as two hosts would print it (rank 1's process on node2).
+    two_hosts = text.replace("[vm:11256:0]", "[node2:11256:0]")
+    assert t.verify(spec, two_hosts).ok
+    ob1 = _golden(golden, "openmpi-ob1-tcp-btlverbose-osu_latency.txt")
+    spec = t.launch_spec("openmpi", "tcp_ob1", nodes=2, inventory=OMPI4)
+    assert "ran on 1 host(s) (vm)" in t.verify(spec, ob1).problem
+    assert t.verify(spec, ob1.replace("[vm:11290]", "[node2:11290]")).ok
+    shm = t.launch_spec("mpich", "shm", nodes=1, ranks_per_node=2)
+    assert t.verify(shm, _golden(golden, "openmpi-ucx-shm-loginfo-osu_latency.txt")).ok
 
 
 # MVAPICH2 is not installed on the development machines; this text follows the format of

@@ -1,7 +1,9 @@
 """Real MPI runs on this machine: the transport fabreg.transport selects is the one verified.
 
 Two ranks on this host stand in for two nodes for the inter-node transports (TCP over
-loopback): what is tested is the selection and its verification, not the network.
+loopback): what is tested is the selection and its verification, not the network, so the
+placement part of verification (evidence from as many hosts as nodes) is left out, except in
+the test that shows it catching exactly this.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def _run(ping, mpi, transport, *, style=None, override=None):
 ])
 def test_selected_transport_is_verified(ping, mpi, transport):
     spec, proc = _run(ping, mpi, transport)
-    result = t.verify(spec, proc.stdout + proc.stderr)
+    result = t.verify(spec, proc.stdout + proc.stderr, placement=False)
     assert result.ok, result.problem
     assert result.used == transport
     assert result.evidence
@@ -72,7 +74,14 @@ def test_selected_transport_is_verified(ping, mpi, transport):
 def test_openmpi_with_mca_in_the_environment_is_verified_too(ping):
     """What a site launching Open MPI through srun gets: OMPI_MCA_* instead of --mca."""
     spec, proc = _run(ping, "openmpi", "tcp_ob1", style=t.LAUNCHER_ENV)
-    assert t.verify(spec, proc.stdout + proc.stderr).used == "tcp_ob1"
+    assert t.verify(spec, proc.stdout + proc.stderr, placement=False).used == "tcp_ob1"
+
+
+def test_two_node_run_on_one_host_fails_placement(ping):
+    spec, proc = _run(ping, "mpich", "tcp")
+    result = t.verify(spec, proc.stdout + proc.stderr)
+    assert result.used == "tcp"
+    assert "not on 2 nodes: tcp was not exercised between nodes" in result.problem
 
 
 def test_mpich_forced_onto_shared_memory_fails_verification(ping):

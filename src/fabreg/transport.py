@@ -38,7 +38,13 @@ from pathlib import Path
 
 from fabreg.errors import FabregError
 from fabreg.parsers import inventory as inv
-from fabreg.parsers.transport_log import Mvapich2Report, mvapich2_report, ob1_btls, ucx_lanes
+from fabreg.parsers.transport_log import (
+    Mvapich2Report,
+    evidence_hosts,
+    mvapich2_report,
+    ob1_btls,
+    ucx_lanes,
+)
 
 INTRA_NODE = "intra-node"
 INTER_NODE = "inter-node"
@@ -539,8 +545,14 @@ def _describe_mv2(report: Mvapich2Report) -> str:
     return f"MVAPICH2-{report.version} report: {mode}" + (f" ({', '.join(shown)})" if shown else "")
 
 
-def verify(spec: LaunchSpec, output: str) -> Verification:
-    """Check that the run whose stdout+stderr is ``output`` used ``spec.transport``."""
+def verify(spec: LaunchSpec, output: str, *, placement: bool = True) -> Verification:
+    """Check that the run whose stdout+stderr is ``output`` used ``spec.transport``.
+
+    With ``placement``, a run over several nodes must also show evidence from as
+    many hosts: TCP between two ranks that landed on one host proves nothing
+    about the network. (UCX and ob1 prefix their lines with the host; MVAPICH2's
+    report comes from rank 0 only and is not checked.)
+    """
     classes, evidence, off_device = observed(spec, output)
     used = _order(classes)
     if not classes:
@@ -556,4 +568,10 @@ def verify(spec: LaunchSpec, output: str) -> Verification:
         return Verification(spec.transport, used, tuple(evidence),
                             f"{spec.transport} ran on {', '.join(off_device)}, outside the "
                             f"partition's devices ({', '.join(spec.devices)})")
+    hosts = evidence_hosts(output) if placement and spec.nodes > 1 else []
+    if hosts and len(hosts) < spec.nodes:
+        return Verification(spec.transport, used, tuple(evidence),
+                            f"the ranks ran on {len(hosts)} host(s) ({', '.join(hosts)}), not "
+                            f"on {spec.nodes} nodes: {spec.transport} was not exercised "
+                            f"between nodes (check the launcher's placement options)")
     return Verification(spec.transport, used, tuple(evidence))

@@ -28,6 +28,9 @@ _UCX_EP_CONFIG = re.compile(
 )
 _UCX_GROUP = re.compile(r"(?P<op>[a-z_]+)\((?P<lanes>[^)]*)\)")
 _OB1_BTL = re.compile(r"mca: bml: Using (?P<btl>\w+) btl for send to \S+")
+# "[1795239094.617139] [vm:11271:0]  ucp_worker.c..." (UCX) and "[vm:11289] mca: bml: ..." (ob1)
+_UCX_HOST = re.compile(r"^\[[\d.]+\]\s+\[(?P<host>[^:\]\s]+):\d+:\d+\]")
+_OB1_HOST = re.compile(r"^\[(?P<host>[^:\]\s]+):\d+\] mca: bml: Using ")
 _MV2_HEADER = re.compile(r"^\s*MVAPICH2-(?P<version>\S+) Parameters\s*$")
 _MV2_FIELD = re.compile(r"^\s+(?P<name>[A-Za-z0-9_ :]+?)\s*:\s*(?P<value>.*?)\s*$")
 
@@ -55,6 +58,18 @@ def ucx_lanes(text: str) -> list[UcxLane]:
         for token in lanes.split():
             transport, _, device = token.partition("/")
             seen.setdefault(UcxLane(transport, device), None)
+    return list(seen)
+
+
+def evidence_hosts(text: str) -> list[str]:
+    """Hosts that printed UCX endpoint or ob1 BTL lines (each rank prints its own host)."""
+    seen: dict[str, None] = {}
+    for line in text.splitlines():
+        m = _OB1_HOST.match(line)
+        if not m and _UCX_EP_CONFIG.search(line):
+            m = _UCX_HOST.match(line)
+        if m:
+            seen.setdefault(m["host"], None)
     return list(seen)
 
 
