@@ -413,3 +413,17 @@ def test_detect_on_this_host():
     if not inv.has_ucx("ucx_rc"):
         assert "needs UCX transport rc_mlx5 or rc_verbs" in t.availability_problem(
             "openmpi", "ucx_rc", inv)
+
+
+def test_ucx_level_helpers_for_other_tools(host_without_rdma):
+    """What ucx_perftest-style checks use: UCX_TLS, availability and lane classes, no MPI."""
+    inv = t.Inventory("", ucx=host_without_rdma)
+    assert t.ucx_tls("tcp") == "tcp,self" and t.ucx_tls("shm") == "sm,self"
+    assert t.ucx_tls("ucx_rc", ucx={"rc_mlx5": ("mlx5_0:1",)}) == "rc_x,self"
+    with pytest.raises(FabregError, match="'tcp_ob1' is not selected through UCX"):
+        t.ucx_tls("tcp_ob1")
+    assert t.ucx_problem("tcp", inv) is None
+    assert "no RDMA device" in t.ucx_problem("ucx_rc", inv)
+    assert [t.ucx_class(n) for n in ("rc_mlx5", "ud_verbs", "dc_mlx5", "tcp", "cma", "self",
+                                     "cuda_ipc")] == [
+        "ucx_rc", "ucx_ud", "ucx_dc", "tcp", "shm", None, "cuda_ipc"]

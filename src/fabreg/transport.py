@@ -359,10 +359,13 @@ def _sibling(launcher: str | None, tool: str) -> str | None:
     return shutil.which(tool)
 
 
-def detect(mpi: str, launcher_argv: Sequence[str] | None = None, *,
+def detect(mpi: str = "", launcher_argv: Sequence[str] | None = None, *,
            declared: Sequence[str] | None = None,
            rdma_sysfs: str = "/sys/class/infiniband") -> Inventory:
-    """Probe this host for what ``mpi`` and UCX offer (commands run once per session)."""
+    """Probe this host for what ``mpi`` and UCX offer (commands run once per session).
+
+    Without ``mpi`` only UCX and the RDMA devices are probed (for UCX-level tools).
+    """
     launcher = str(launcher_argv[0]) if launcher_argv else None
     ucx: dict[str, tuple[str, ...]] | None = None
     ucx_problem = ""
@@ -408,7 +411,7 @@ def availability_problem(mpi: str, transport: str, inventory: Inventory,
         if inventory.mpi_device and "ucx" not in inventory.mpi_device:
             return (f"MPICH here is built with {inventory.mpi_device}; fabreg selects MPICH "
                     f"transports through UCX, which needs a ch4:ucx build")
-        return _ucx_problem(transport, inventory, net)
+        return ucx_problem(transport, inventory, net)
     if mpi == "mvapich2":
         return _mvapich2_problem(transport, inventory, net)
     return f"unknown MPI {mpi!r}"
@@ -433,10 +436,12 @@ def _openmpi_problem(transport: str, inventory: Inventory, net: NetConfig) -> st
         return None
     if comps is not None and ("pml", "ucx") not in comps:
         return f"Open MPI here has no UCX PML ({listed('pml')})"
-    return _ucx_problem(transport, inventory, net)
+    return ucx_problem(transport, inventory, net)
 
 
-def _ucx_problem(transport: str, inventory: Inventory, net: NetConfig) -> str | None:
+def ucx_problem(transport: str, inventory: Inventory, net: NetConfig | None = None) -> str | None:
+    """Why UCX itself cannot run ``transport`` here (for UCX tools, e.g. ucx_perftest)."""
+    net = net or NetConfig()
     names = UCX_NAMES[transport]
     if inventory.ucx is None:
         return f"cannot tell whether UCX offers {transport}: {inventory.ucx_problem}"
@@ -494,6 +499,16 @@ class Verification:
         return self.problem is None
 
 
+def ucx_class(ucx_transport: str) -> str | None:
+    """The fabreg transport a UCX transport name belongs to (``rc_mlx5`` -> ``ucx_rc``).
+
+    ``self`` (a process talking to itself) belongs to none; unknown names stay as they are.
+    """
+    if ucx_transport == "self":
+        return None
+    return _UCX_CLASS.get(ucx_transport, ucx_transport)
+
+
 def _order(classes: set[str]) -> str:
     return "+".join(sorted(classes, key=lambda c: (c == "shm", c)))
 
@@ -507,9 +522,9 @@ def observed(spec: LaunchSpec, output: str) -> tuple[set[str], list[str], list[s
     if lanes:
         evidence.append("UCX tag lanes: " + ", ".join(map(str, lanes)))
         for lane in lanes:
-            if lane.transport == "self":
+            cls = ucx_class(lane.transport)
+            if cls is None:
                 continue
-            cls = _UCX_CLASS.get(lane.transport, lane.transport)
             classes.add(cls)
             if cls == spec.transport and spec.devices and lane.device not in spec.devices:
                 off_device.append(str(lane))
