@@ -8,7 +8,13 @@ import pytest
 from fabreg import transport as t
 from fabreg.errors import FabregError
 from fabreg.parsers.inventory import ucx_transports
-from fabreg.parsers.transport_log import UcxLane, mvapich2_report, ob1_btls, ucx_lanes
+from fabreg.parsers.transport_log import (
+    UcxLane,
+    evidence_hosts,
+    mvapich2_report,
+    ob1_btls,
+    ucx_lanes,
+)
 
 OMPI4 = t.Inventory("openmpi", mpi_version=(4, 1, 4))
 OMPI5 = t.Inventory("openmpi", mpi_version=(5, 0, 3))
@@ -278,6 +284,22 @@ def test_placement_across_nodes_is_part_of_verification(golden):
     assert t.verify(spec, ob1.replace("[vm:11290]", "[node2:11290]")).ok
     shm = t.launch_spec("mpich", "shm", nodes=1, ranks_per_node=2)
     assert t.verify(shm, _golden(golden, "openmpi-ucx-shm-loginfo-osu_latency.txt")).ok
+
+
+def test_evidence_hosts_with_padded_pids():
+    # As UCX 1.13 printed them on the emulated cluster (pid padded to five columns).
+    text = ("[1795242700.174695] [node1:3025 :0]      ucp_worker.c:1763 UCX  INFO    "
+            "ep_cfg[0]: tag(self/memory0 tcp/fab0)\n"
+            "[1795242700.180047] [node2:13026:0]      ucp_worker.c:1763 UCX  INFO    "
+            "ep_cfg[1]: tag(tcp/fab0)\n"
+            "[1795242700.180047] [node3:3027 :0]      parser.c:1916 UCX  INFO  UCX_* env\n"
+            "[node1:04184] mca: bml: Using tcp btl for send to [[23386,1],1] on node node2\n")
+    assert evidence_hosts(text) == ["node1", "node2"]
+    spec = t.launch_spec("mpich", "tcp", nodes=2)
+    assert t.verify(spec, text.split("[node1:04184]")[0]).ok
+    no_prefix = "UCX  INFO    ep_cfg[1]: tag(tcp/fab0)\n"
+    assert t.verify(spec, no_prefix).problem.startswith("cannot tell which hosts the ranks ran")
+    assert t.verify(spec, no_prefix, placement=False).ok
 
 
 # MVAPICH2 is not installed on the development machines; this text follows the format of

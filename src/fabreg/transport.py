@@ -583,8 +583,14 @@ def verify(spec: LaunchSpec, output: str, *, placement: bool = True) -> Verifica
         return Verification(spec.transport, used, tuple(evidence),
                             f"{spec.transport} ran on {', '.join(off_device)}, outside the "
                             f"partition's devices ({', '.join(spec.devices)})")
-    hosts = evidence_hosts(output) if placement and spec.nodes > 1 else []
-    if hosts and len(hosts) < spec.nodes:
+    if not placement or spec.nodes < 2 or not (ucx_lanes(output) or ob1_btls(output)):
+        return Verification(spec.transport, used, tuple(evidence))
+    hosts = evidence_hosts(output)
+    if not hosts:
+        return Verification(spec.transport, used, tuple(evidence),
+                            "cannot tell which hosts the ranks ran on: the UCX/ob1 lines carry "
+                            "no [host:pid] prefix")
+    if len(hosts) < spec.nodes:
         return Verification(spec.transport, used, tuple(evidence),
                             f"the ranks ran on {len(hosts)} host(s) ({', '.join(hosts)}), not "
                             f"on {spec.nodes} nodes: {spec.transport} was not exercised "
