@@ -83,6 +83,18 @@ def test_unknown_columns_are_parameters_and_missing_required_columns_are_reporte
     assert "before any valid header" in str(problems[1])
 
 
+def test_run_attributes_do_not_split_series():
+    header = HEADER.replace("|transport|", "|ref_status|transport|transport_used|")
+    ok = line().replace("|shm|1.5|", "|ok|shm|shm|1.5|")
+    bad = line(lat="3.0").replace("|shm|3.0|", "|fail|shm|tcp|3.0|")
+    samples, problems = perflog.read_perflog_lines([header, ok, bad], "x.log")
+    assert problems == []
+    assert samples[0].params == samples[2].params
+    assert "ref_status" not in samples[0].params
+    assert samples[0].run.attrs == {"ref_status": "ok", "transport_used": "shm"}
+    assert samples[2].run.attrs == {"ref_status": "fail", "transport_used": "tcp"}
+
+
 def test_timestamps_without_timezone_are_utc():
     assert perflog.parse_time("2026-01-02T03:04:05") == perflog.parse_time(
         "2026-01-02T03:04:05+00:00")

@@ -67,6 +67,9 @@ def test_rotated_header_files_and_results_db_are_ingested_once(real_run: Path):
         assert extras == {"fw-2.0", "fw-2.1", "fw-2.2"}
         unsessioned = conn.execute("SELECT COUNT(*) FROM long WHERE session IS NULL").fetchone()
         assert unsessioned[0] == 0  # every perflog line joined to its ReFrame session
+        statuses = {json.loads(a).get("ref_status") for (a,) in conn.execute(
+            "SELECT attrs FROM runs")}
+        assert statuses == {"ok", "fail"}  # kept per run, not part of the series key
 
 
 def test_results_db_alone_then_perflogs_gives_the_same_store(real_run: Path, tmp_path: Path):

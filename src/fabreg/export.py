@@ -53,7 +53,7 @@ def series_labels(series: SeriesData) -> dict[str, str]:
         "test": series.key.test,
         "benchmark": params.get("benchmark", ""),
         "size": "" if size is None else str(size),
-        "nodes": params.get("num_nodes", params.get("nodes", "")),
+        "nodes": params.get("nodes", params.get("num_nodes", "")),
         "mpi": params.get("mpi", series.key.environ),
         "transport": params.get("transport", ""),
         "environ": series.key.environ,

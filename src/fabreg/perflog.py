@@ -30,8 +30,11 @@ FIXED_COLUMNS: tuple[str, ...] = (
 #: Columns without which a line cannot be placed in a series.
 REQUIRED_COLUMNS: tuple[str, ...] = ("job_completion_time", "name", "system", "partition",
                                      "environ")
-#: Logged check attributes that do not identify a series (they are not parameters).
-NOT_PARAMETERS: frozenset[str] = frozenset({"hashcode", "tags"})
+#: Logged check attributes that do not identify a series: they describe one run (the
+#: transport the MPI really used, the reference verdict...). Kept per run as attributes.
+NOT_PARAMETERS: frozenset[str] = frozenset({
+    "hashcode", "tags", "transport_used", "ref_status", "deviation", "ref_notes",
+})
 #: The six columns ReFrame writes per performance variable, in order.
 PERFVAR_SUFFIXES: tuple[str, ...] = ("_value", "_unit", "_ref", "_lower_thres",
                                      "_upper_thres", "_result")
@@ -78,12 +81,13 @@ class Run:
     """One test-case run: what a perflog line says besides its values."""
 
     __slots__ = ("time", "test", "params", "system", "partition", "environ", "jobid",
-                 "nodelist", "display_name", "session", "source", "param_key", "key")
+                 "nodelist", "display_name", "session", "source", "param_key", "key", "attrs")
 
     def __init__(self, time: float, test: str, params: dict[str, str], system: str,
                  partition: str, environ: str, jobid: str = "", nodelist: str = "",
                  display_name: str = "", session: str | None = None, source: str = "",
-                 param_key: tuple[tuple[str, str], ...] | None = None) -> None:
+                 param_key: tuple[tuple[str, str], ...] | None = None,
+                 attrs: dict[str, str] | None = None) -> None:
         self.time = time  # unix seconds, UTC, truncated to the second
         self.test = test  # base name, without parameters
         self.params = params
@@ -97,6 +101,7 @@ class Run:
         self.source = source
         self.param_key = param_key if param_key is not None else tuple(sorted(params.items()))
         self.key = run_key(self.display_name, system, partition, environ, jobid, time)
+        self.attrs = attrs or {}  # non-identifying attributes of this run
 
     def __repr__(self) -> str:
         return f"Run({self.key!r})"
@@ -257,6 +262,7 @@ class _Header:
     params: list[str]
     perfvar_columns: list[tuple[str, tuple[int, ...]]]
     param_columns: list[tuple[str, int]]
+    attr_columns: list[tuple[str, int]]
     memo: dict = field(default_factory=dict)  # raw name+attributes -> parsed
     numbers: dict = field(default_factory=dict)  # raw ref+thresholds -> floats
 
@@ -278,8 +284,9 @@ def _parse_header(line: str) -> _Header:
     params = [c for c in columns if c not in taken and c not in NOT_PARAMETERS]
     perfvar_columns = [(v, tuple(index[v + suffix] for suffix in PERFVAR_SUFFIXES))
                        for v in perfvars]
+    attrs = [c for c in columns if c in NOT_PARAMETERS and c not in ("hashcode", "tags")]
     return _Header(columns, index, perfvars, params, perfvar_columns,
-                   [(p, index[p]) for p in params])
+                   [(p, index[p]) for p in params], [(a, index[a]) for a in attrs])
 
 
 def _is_header(line: str) -> bool:
@@ -345,8 +352,13 @@ def _line_samples(header: _Header, fields: list[str], source: str) -> list[Sampl
         raise ValueError("empty test name")
     jobid = fields[idx["jobid"]].strip() if "jobid" in idx else ""
     nodes = fields[idx["job_nodelist"]].strip() if "job_nodelist" in idx else ""
+    attrs = {}
+    for name, i in header.attr_columns:
+        value = _param_value(fields[i])
+        if value is not None:
+            attrs[name] = value
     run = Run(float(math.floor(time)), test, params, system, partition, environ, jobid, nodes,
-              display, None, source, param_key)
+              display, None, source, param_key, attrs)
     numbers = header.numbers
     out = []
     for var, (iv, iu, ir, il, ih, ires) in header.perfvar_columns:
@@ -461,11 +473,16 @@ def _case_samples(case: dict, session: str, source: str) -> list[Sample]:
         return []
     display = case.get("display_name") or case["name"]
     test, params = split_name(display)
+    attrs: dict[str, str] = {}
     for key, value in case.items():
-        if key in REFRAME_TESTCASE_ATTRIBUTES or key.startswith("_"):
+        if key in REFRAME_TESTCASE_ATTRIBUTES or key.startswith("_") or isinstance(value, dict):
             continue
         norm = _param_value(value)
-        if norm is not None and not isinstance(value, dict):
+        if norm is None:
+            continue
+        if key in NOT_PARAMETERS:
+            attrs[key] = norm
+        else:
             params[key] = norm
     nodelist = case.get("job_nodelist") or ""
     if isinstance(nodelist, list):
@@ -473,7 +490,7 @@ def _case_samples(case: dict, session: str, source: str) -> list[Sample]:
     # Perflog times have second resolution: truncate so both sources agree.
     run = Run(float(math.floor(case["job_completion_time_unix"])), test, params,
               case["system"], case["partition"], case["environ"], str(case.get("jobid") or ""),
-              nodelist, display, session, source)
+              nodelist, display, session, source, attrs=attrs)
     out = []
     for key, perf in case["perfvalues"].items():
         var = key.split(":")[-1]

@@ -56,7 +56,7 @@ def group_of(series: SeriesData) -> tuple[str, str, str, str]:
     """Report grouping: benchmark, MPI, transport, node count."""
     p = series.key.param
     return (p.get("benchmark", series.key.test), p.get("mpi", series.key.environ),
-            p.get("transport", "-"), p.get("num_nodes", p.get("nodes", "-")))
+            p.get("transport", "-"), p.get("nodes", p.get("num_nodes", "-")))
 
 
 def _png(fig: plt.Figure) -> bytes:

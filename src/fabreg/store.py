@@ -52,7 +52,8 @@ CREATE TABLE IF NOT EXISTS runs(
     nodelist TEXT NOT NULL DEFAULT '',
     session TEXT,
     from_results_db INTEGER NOT NULL DEFAULT 0,
-    source TEXT NOT NULL DEFAULT ''
+    source TEXT NOT NULL DEFAULT '',
+    attrs TEXT NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS samples(
     series_id INTEGER NOT NULL REFERENCES series(id),
@@ -80,7 +81,7 @@ CREATE VIEW IF NOT EXISTS long AS
     SELECT s.test, s.params, s.system, s.partition, s.environ, s.perfvar,
            v.time, v.value, v.unit, v.ref, v.lower_thres, v.upper_thres, v.result,
            r.jobid, r.nodelist, COALESCE(r.session, l.session) AS session,
-           x.extras AS session_extras, r.source
+           x.extras AS session_extras, r.attrs AS run_attributes, r.source
     FROM samples v JOIN series s ON s.id = v.series_id JOIN runs r ON r.id = v.run_id
     LEFT JOIN run_sessions l ON l.run_key = r.run_key
     LEFT JOIN sessions x ON x.uuid = COALESCE(r.session, l.session);
@@ -274,9 +275,9 @@ class Store:
         self._removed = 0
         self.conn.executemany(
             "INSERT OR IGNORE INTO runs(run_key, time, jobid, nodelist, session, "
-            "from_results_db, source) VALUES(?,?,?,?,?,?,?)",
-            [(r.key, r.time, r.jobid, r.nodelist, r.session, int(from_results_db), r.source)
-             for r in runs])
+            "from_results_db, source, attrs) VALUES(?,?,?,?,?,?,?,?)",
+            [(r.key, r.time, r.jobid, r.nodelist, r.session, int(from_results_db), r.source,
+              json.dumps(r.attrs, sort_keys=True) if r.attrs else "{}") for r in runs])
         known: dict[str, tuple[int, int]] = {}
         keys = [r.key for r in runs]
         for i in range(0, len(keys), 500):
@@ -305,6 +306,12 @@ class Store:
             self._removed = self.conn.total_changes - before
             self.conn.executemany("UPDATE runs SET from_results_db=0 WHERE id=?",
                                   [(i,) for i in takeover])
+            # The perflog's view of the run's attributes wins too.
+            attrs = {r.key: r.attrs for r in runs}
+            self.conn.executemany(
+                "UPDATE runs SET attrs=? WHERE id=? AND run_key=?",
+                [(json.dumps(attrs[k], sort_keys=True), i, k)
+                 for k, (i, _) in known.items() if i in set(takeover)])
         return out
 
     def _series_ids(self, samples: Sequence[Sample]) -> list[int]:
