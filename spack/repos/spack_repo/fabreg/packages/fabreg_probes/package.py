@@ -49,7 +49,7 @@ class FabregProbes(MakefilePackage):
     """fabreg's MPI probes: small C benchmarks with OSU-compatible output."""
 
     homepage = "https://example.invalid/fabreg"
-    has_code = False  # nothing to fetch: the sources are copied from the checkout
+    has_code = False  # nothing to fetch: make reads the sources in the checkout
 
     version("src." + source_digest()[:12])
 
@@ -66,20 +66,20 @@ class FabregProbes(MakefilePackage):
                 f"fabreg-probes: the sources in {where} changed after concretizing "
                 f"{spec.version}; concretize again"
             )
-        copy_tree(PROBES_DIR, self.build_directory)
 
     @property
     def build_directory(self):
         return self.stage.source_path
 
-    def _make_vars(self):
-        mpicc = self.spec["mpi"].mpicc
-        return [f"CC={mpicc}", f"MPICC={mpicc}"]
+    def _make_args(self):
+        # Out-of-tree build: objects go to the stage, the checkout stays clean.
+        return ["-f", os.path.join(os.path.normpath(PROBES_DIR), "Makefile"),
+                f"CC={self.spec['mpi'].mpicc}"]
 
     def build(self, spec, prefix):
         with working_dir(self.build_directory):
-            make(*self._make_vars())
+            make(*self._make_args())
 
     def install(self, spec, prefix):
         with working_dir(self.build_directory):
-            make("install", f"PREFIX={prefix}", *self._make_vars())
+            make(*self._make_args(), "install", f"PREFIX={prefix}")
