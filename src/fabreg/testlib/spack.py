@@ -180,7 +180,7 @@ class SpackStack(rfm.RunOnlyRegressionTest):
         self.executable = "spack"
         self.executable_opts = ["-e", ENV_DIR, "install", "--fail-fast"]
         self.postrun_cmds = [f"spack -e {ENV_DIR} find --format '{_FIELDS}' ^mpi > {ROOTS_FILE}"]
-        # Kept in the output directory: what was built, exactly (the stage is removed).
+        # Kept (flat) in the output directory: what was built, exactly; the stage goes.
         self.keep_files = [ROOTS_FILE, f"{ENV_DIR}/spack.lock", f"{ENV_DIR}/spack.yaml"]
 
     def _requested(self, extras: dict[str, Any]) -> str:
