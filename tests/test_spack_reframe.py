@@ -158,6 +158,13 @@ def test_site_files_validate_against_spacks_schema(site, local_site, tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "fabreg-probes" in proc.stdout or site == "default.yaml"
+    if site == "local.yaml":  # offline: the local file mirror only, no bootstrap downloads
+        mirrors = subprocess.run(["spack", "-e", str(envdir), "mirror", "list"], env=env,
+                                 capture_output=True, text=True, check=True).stdout
+        assert mirrors.split() == ["local", "[s", "]", f"file://{local_site / 'mirror'}"]
+        bootstrap = subprocess.run(["spack", "-e", str(envdir), "config", "get", "bootstrap"],
+                                   env=env, capture_output=True, text=True, check=True).stdout
+        assert "enable: false" in bootstrap
 
 
 @pytest.mark.slow
