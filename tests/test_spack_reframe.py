@@ -203,3 +203,21 @@ def test_spack_builds_the_probes_offline_and_a_check_runs_on_them(local_site, tm
     ldd = subprocess.run(["ldd", str(prefix / "bin" / "osu_latency")], capture_output=True,
                          text=True).stdout
     assert "libmpi.so.40" in ldd and "libmpich" not in ldd
+
+
+@pytest.mark.slow
+@needs_spack
+def test_a_failed_spack_build_fails_the_fixture_with_spacks_error_and_runs_nothing(tmp_path):
+    env = _spack_env(tmp_path / "no-externals-here", FABREG_PROVIDER="spack",
+                     FABREG_SPACK_SITE_CONFIG="", FABREG_SPACK_INSTALL_TREE=str(tmp_path / "t"))
+    checks = tmp_path / "checks"
+    checks.mkdir()
+    shutil.copy(REPO / "checks" / "osu.py", checks)
+    proc = run_reframe("-r", "-n", "OsuLatency", "-p", "openmpi", checks=checks,
+                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert ("Spack failed: ==> Error: Required path ($FABREG_SPACK_LOCAL_DIR/externals.yaml) "
+            f"does not exist at ({tmp_path / 'no-externals-here' / 'externals.yaml'})") in out
+    assert "[dependencies failed]" in out  # no silent fallback to the probes
+    assert not (tmp_path / "perflogs" / "local" / "default" / "OsuLatency.log").exists()

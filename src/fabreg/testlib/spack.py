@@ -36,7 +36,7 @@ from typing import Any
 import reframe as rfm
 import reframe.utility.sanity as sn
 from reframe.core.builtins import run_after, run_before, sanity_function, variable
-from reframe.core.exceptions import ReframeError
+from reframe.core.exceptions import ReframeError, SanityError
 from reframe.core.logging import getlogger
 
 from fabreg import providers
@@ -203,11 +203,17 @@ class SpackStack(rfm.RunOnlyRegressionTest):
     def installed(self) -> sn.Deferrable:
         if not self.active:
             return sn.assert_found(r"fabreg: Spack not used", self.stdout)
-        return sn.all([
-            sn.assert_not_found(r"==> Error", self.stderr),
-            sn.assert_true(bool(self.specs()),
-                           f"Spack installed no MPI benchmark (see {ROOTS_FILE})"),
-        ])
+        errors = [line.strip() for name in (self.stderr, self.stdout)
+                  for line in self._read(str(name.evaluate())).splitlines()
+                  if line.startswith("==> Error")]
+        if errors:
+            raise SanityError(f"Spack failed: {errors[0]} (full log: rfm_job.err)")
+        return sn.assert_true(bool(self.specs()),
+                              f"Spack installed no MPI benchmark (see {ROOTS_FILE})")
+
+    def _read(self, name: str) -> str:
+        path = Path(self.stagedir, name)
+        return path.read_text(errors="replace") if path.is_file() else ""
 
     def specs(self) -> list[SpackSpec]:
         """The installed specs that depend on MPI ([] before the install or when inactive)."""
