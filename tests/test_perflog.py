@@ -95,6 +95,13 @@ def test_run_attributes_do_not_split_series():
     assert samples[2].run.attrs == {"ref_status": "fail", "transport_used": "tcp"}
 
 
+def test_test_names_and_parameters():
+    assert perflog.split_name("OsuAllreduce %transport=shm %nodes=2") == (
+        "OsuAllreduce", {"transport": "shm", "nodes": "2"})
+    # ReFrame's own '--repeat' parameter identifies nothing.
+    assert perflog.split_name("A %transport=tcp %.repeat_no=3") == ("A", {"transport": "tcp"})
+
+
 def test_timestamps_without_timezone_are_utc():
     assert perflog.parse_time("2026-01-02T03:04:05") == perflog.parse_time(
         "2026-01-02T03:04:05+00:00")

@@ -38,7 +38,8 @@ def reframe(tmp: Path, check: Path, *args: str) -> None:
 def real_run(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("rfm")
     reframe(tmp, CHECK, "--session-extras", "change=fw-2.0", "--reruns", "3")
-    reframe(tmp, CHECK, "--session-extras", "change=fw-2.1", "--reruns", "3", "-S", "scale=1.3")
+    # --repeat is what the acceptance mode uses: repeats in one session, same test names.
+    reframe(tmp, CHECK, "--session-extras", "change=fw-2.1", "--repeat", "4", "-S", "scale=1.3")
     grown = tmp / "checks" / "fake_fabric.py"
     grown.parent.mkdir()
     grown.write_text(CHECK.read_text().replace(

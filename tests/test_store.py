@@ -50,7 +50,9 @@ def test_two_ingests_at_once_lose_and_duplicate_nothing(tmp_path: Path):
     with sqlite3.connect(db) as conn:
         dupes = conn.execute("SELECT COUNT(*) FROM (SELECT series_id, time FROM samples "
                              "GROUP BY series_id, time HAVING COUNT(*) > 1)").fetchone()[0]
-    assert dupes == 0
+        mislinked = conn.execute("SELECT COUNT(*) FROM samples v LEFT JOIN runs r "
+                                 "ON r.id = v.run_id WHERE r.time IS NOT v.time").fetchone()[0]
+    assert dupes == 0 and mislinked == 0  # every value points at its own run
 
 
 def test_locked_database_is_one_clear_error(tmp_path: Path, run_fabreg):

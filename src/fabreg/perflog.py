@@ -194,7 +194,8 @@ def split_name(display_name: str) -> tuple[str, dict[str, str]]:
     for part in parts[1:]:
         if part.startswith("%") and "=" in part:
             key, _, value = part[1:].partition("=")
-            params[key.split(".")[-1]] = value
+            if not key.startswith("."):  # ReFrame-internal, e.g. '%.repeat_no=1'
+                params[key.split(".")[-1]] = value
     return parts[0], params
 
 
@@ -471,7 +472,9 @@ def read_results_db(path: Path) -> tuple[list[Session], list[RunLink], list[Samp
 def _case_samples(case: dict, session: str, source: str) -> list[Sample]:
     if case.get("job_completion_time_unix") is None or not case.get("perfvalues"):
         return []
-    display = case.get("display_name") or case["name"]
+    # The perflog's `name` column is the case's `name`; `display_name` may carry ReFrame's
+    # internal parameters (`%.repeat_no=1` under --repeat) that identify nothing.
+    display = case.get("name") or case["display_name"]
     test, params = split_name(display)
     attrs: dict[str, str] = {}
     for key, value in case.items():

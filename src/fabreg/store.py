@@ -273,6 +273,8 @@ class Store:
     def _run_ids(self, runs: list[Run], from_results_db: bool) -> dict[int, int]:
         """Insert runs; map id(Run) -> runs.id for the runs whose samples this file owns."""
         self._removed = 0
+        last_id = self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM runs").fetchone()[0]
+        before = self.conn.total_changes
         self.conn.executemany(
             "INSERT OR IGNORE INTO runs(run_key, time, jobid, nodelist, session, "
             "from_results_db, source, attrs) VALUES(?,?,?,?,?,?,?,?)",
@@ -280,6 +282,12 @@ class Store:
               json.dumps(r.attrs, sort_keys=True) if r.attrs else "{}") for r in runs])
         known: dict[str, tuple[int, int]] = {}
         keys = [r.key for r in runs]
+        if self.conn.total_changes - before == len(runs):
+            # All new (the usual nightly case): under our write lock SQLite numbered them
+            # last_id + 1, + 2, ... in insert order; no need to look them up.
+            flag = int(from_results_db)
+            known = {k: (last_id + 1 + i, flag) for i, k in enumerate(keys)}
+            keys = []
         for i in range(0, len(keys), 500):
             chunk = keys[i:i + 500]
             marks = ",".join("?" * len(chunk))
@@ -317,10 +325,14 @@ class Store:
     def _series_ids(self, samples: Sequence[Sample]) -> list[int]:
         cache: dict[tuple, int] = {}
         ids = []
+        last_run = None
+        base: tuple = ()
         for sample in samples:
             run = sample.run
-            ckey = (run.test, run.param_key, run.system, run.partition, run.environ,
-                    sample.perfvar)
+            if run is not last_run:  # samples of one run come together
+                base = (run.test, run.param_key, run.system, run.partition, run.environ)
+                last_run = run
+            ckey = (*base, sample.perfvar)
             sid = cache.get(ckey)
             if sid is None:
                 key = SeriesKey(*ckey)
