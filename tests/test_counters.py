@@ -104,6 +104,18 @@ def test_real_ethtool_on_loopback_has_no_pause_frames():
     assert reading.unavailable[1].startswith("fabreg-no-such-if0: no pause-frame counters (")
 
 
+def test_physical_interfaces_default(tmp_path):
+    net = tmp_path / "net"
+    (net / "eth9" / "device").mkdir(parents=True)
+    (net / "br9").mkdir()
+    reading = read_counters(ib_root=tmp_path / "none", net_root=net)
+    assert reading.values == {}
+    # eth9 is physical but does not exist on this host: named, reported unavailable.
+    assert reading.unavailable[0] == f"no RDMA devices in {tmp_path / 'none'}"
+    assert reading.unavailable[1].startswith("eth9: no pause-frame counters")
+    assert not any(u.startswith("br9") for u in reading.unavailable)
+
+
 def test_read_counters_combines_sources(tmp_path):
     reading = read_counters(ib_root=fake_sysfs(tmp_path))
     assert "mlx5_0/1/symbol_error" in reading.values

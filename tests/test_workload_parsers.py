@@ -1,15 +1,14 @@
 """Parsers for ucx_perftest, perftest and ucx_info, on real golden outputs.
 
-Golden outputs live outside the repository (set FABREG_GOLDEN_DIR, or keep a
-``shared/golden`` directory next to a parent of the checkout); tests that need
-them skip with that reason when they are absent. The perftest *table* fixtures
+Golden outputs live outside the repository (the ``golden`` fixture in
+conftest.py; tests that need them skip with the reason when they are absent).
+The perftest *table* fixtures
 below are hand-written from perftest's documented output format, because the
 golden host has no RDMA device and so no real table exists.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -22,24 +21,6 @@ from fabreg.parsers.ucx_perftest import (
     failure_reason,
     parse_ucx_perftest,
 )
-
-
-def _golden_root() -> Path | None:
-    if env := os.environ.get("FABREG_GOLDEN_DIR"):
-        return Path(env)
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "shared" / "golden"
-        if candidate.is_dir():
-            return candidate
-    return None
-
-
-@pytest.fixture(scope="module")
-def golden() -> Path:
-    root = _golden_root()
-    if root is None or not root.is_dir():
-        pytest.skip("golden outputs not found: set FABREG_GOLDEN_DIR")
-    return root
 
 
 def _read(golden: Path, rel: str) -> str:

@@ -153,6 +153,13 @@ def roce_interfaces(ib_root: Path = SYSFS_INFINIBAND) -> list[str]:
     return out
 
 
+def physical_interfaces(net_root: Path = SYSFS_NET) -> list[str]:
+    """Network interfaces backed by a device (not lo, bridges, veths, tunnels)."""
+    if not net_root.is_dir():
+        return []
+    return sorted(p.name for p in net_root.iterdir() if (p / "device").exists())
+
+
 def read_pause_frames(interfaces: Iterable[str], ethtool: str = "ethtool") -> CounterReading:
     """Pause-frame statistics of each interface, via ``ethtool -S``."""
     reading = CounterReading()
@@ -183,13 +190,15 @@ def read_pause_frames(interfaces: Iterable[str], ethtool: str = "ethtool") -> Co
 
 
 def read_counters(interfaces: Iterable[str] = (), ib_root: Path = SYSFS_INFINIBAND,
-                  ethtool: str = "ethtool") -> CounterReading:
+                  net_root: Path = SYSFS_NET, ethtool: str = "ethtool") -> CounterReading:
     """Everything this host exposes: RDMA counters, then pause frames.
 
-    Pause frames are read for the RoCE interfaces plus ``interfaces``.
+    Pause frames are read for the RoCE interfaces plus ``interfaces``; when
+    neither names one, for the host's physical interfaces.
     """
     rdma = read_rdma(ib_root)
-    pause = read_pause_frames([*roce_interfaces(ib_root), *interfaces], ethtool)
+    names = [*roce_interfaces(ib_root), *interfaces] or physical_interfaces(net_root)
+    pause = read_pause_frames(names, ethtool)
     return CounterReading(values={**rdma.values, **pause.values},
                           unavailable=[*rdma.unavailable, *pause.unavailable])
 

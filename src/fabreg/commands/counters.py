@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fabreg.counters import SYSFS_INFINIBAND, CounterReading, deltas, read_counters
+from fabreg.counters import SYSFS_INFINIBAND, SYSFS_NET, CounterReading, deltas, read_counters
 from fabreg.errors import FabregError
 
 
 def _read(args: argparse.Namespace) -> int:
-    reading = read_counters(args.interface, ib_root=Path(args.sysfs))
+    reading = read_counters(args.interface, ib_root=Path(args.sysfs), net_root=Path(args.net))
     text = reading.to_json()
     if args.output:
         Path(args.output).write_text(text + "\n")
@@ -43,7 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     read.add_argument("-i", "--interface", action="append", default=[],
                       help="also read pause frames of this Ethernet interface (repeatable)")
     read.add_argument("-o", "--output", help="write the JSON here instead of stdout")
+    # Where sysfs lists RDMA devices and network interfaces (tests point these at a fake tree).
     read.add_argument("--sysfs", default=str(SYSFS_INFINIBAND), help=argparse.SUPPRESS)
+    read.add_argument("--sysfs-net", dest="net", default=str(SYSFS_NET), help=argparse.SUPPRESS)
     read.set_defaults(func=_read)
     delta = sub.add_parser("delta", help="print after-before deltas of two snapshots")
     delta.add_argument("before")
