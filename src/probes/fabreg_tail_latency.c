@@ -1,36 +1,46 @@
 /*
- * fabreg_tail_latency: per-iteration latency of allreduce or alltoall, with
- * optional background traffic on the same nodes and links.
+ * fabreg_tail_latency: per-iteration latency of allreduce or alltoall, quiet and
+ * under background traffic on the same nodes and links, in one run.
  *
  * The ranks are split: the last 2*B ranks form B background pairs that stream
- * large messages both ways until the measurement ends; the others form the
- * measured communicator. Every measured iteration starts after a barrier and its
- * time is the slowest rank's; rank 0 sorts the iteration times and prints one
- * machine-readable block (see docs/workloads.md):
+ * large messages both ways; the others form the measured communicator. The
+ * measurement alternates blocks of iterations with the background off (its
+ * ranks sleep) and on (its ranks stream in bursts: each round of large messages
+ * is followed by a pause, so traffic fills -D percent of the time, default 25),
+ * so both samples see the same host
+ * and any slow drift in the machine's load hits both alike. Every iteration
+ * starts after a barrier; its time is the slowest measured rank's. Rank 0
+ * prints one machine-readable block (see docs/workloads.md):
  *
- *   # fabreg_tail_latency v1 op=allreduce size=8 iterations=2000 ranks=4 measured_ranks=2
- *   #   background_pairs=1 background_size=1048576  (one line in the real output)
- *   # p50_us p90_us p99_us max_us mean_us min_us p99_over_p50
- *   10.1 11.2 30.5 95.0 11.0 9.2 3.02
- *   # end fabreg_tail_latency status=ok background_rounds=1234
+ *   # fabreg_tail_latency v2 op=allreduce size=65536 iterations=500 blocks=5 ranks=4
+ *   #   measured_ranks=2 background_pairs=1 background_size=1048576   (one line really)
+ *   # phase p50_us p90_us p99_us max_us mean_us min_us p99_over_p50
+ *   quiet 51.2 60.1 90.5 300.1 55.0 49.0 1.77
+ *   loaded 66.5 105.4 3212.1 5608.0 90.0 64.7 48.3
+ *   # end fabreg_tail_latency status=ok background_rounds=140
  *
- * The collective algorithm is chosen outside the probe (OpenMPI coll_tuned MCA
- * parameters, MPICH MPIR_CVAR_* variables), so one binary compares algorithms.
+ * Without background pairs only the quiet row is printed. The collective
+ * algorithm is chosen outside the probe (Open MPI coll_tuned MCA parameters,
+ * MPICH MPIR_CVAR_* variables), so one binary compares algorithms.
  */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <getopt.h>
+#include <unistd.h>
 
-#define TAG_STOP 11
+#define TAG_PHASE 11
 #define TAG_CTRL 12
 #define TAG_BG 13
+#define TAG_ACK 14
+
+enum phase { OFF = 0, ON = 1, STOP = 2 };
 
 struct options {
     int alltoall;
     long size;
-    int iterations, warmup, bg_pairs, bg_window;
+    int iterations, warmup, blocks, bg_pairs, bg_window, duty;
     long bg_size;
 };
 
@@ -41,16 +51,18 @@ static int parse_options(int argc, char **argv, struct options *o, int quiet)
         {"size", required_argument, 0, 's'},
         {"iterations", required_argument, 0, 'i'},
         {"warmup", required_argument, 0, 'x'},
+        {"blocks", required_argument, 0, 'k'},
         {"background-pairs", required_argument, 0, 'b'},
         {"background-size", required_argument, 0, 'B'},
         {"background-window", required_argument, 0, 'W'},
+        {"background-duty", required_argument, 0, 'D'},
         {0, 0, 0, 0},
     };
     int c;
     if (quiet) opterr = 0;
-    o->alltoall = 0; o->size = 8; o->iterations = 1000; o->warmup = 100;
-    o->bg_pairs = 0; o->bg_size = 1 << 20; o->bg_window = 4;
-    while ((c = getopt_long(argc, argv, "o:s:i:x:b:B:W:", longopts, NULL)) != -1) {
+    o->alltoall = 0; o->size = 8; o->iterations = 1000; o->warmup = 100; o->blocks = 5;
+    o->bg_pairs = 0; o->bg_size = 1 << 20; o->bg_window = 4; o->duty = 25;
+    while ((c = getopt_long(argc, argv, "o:s:i:x:k:b:B:W:D:", longopts, NULL)) != -1) {
         switch (c) {
         case 'o':
             if (!strcmp(optarg, "allreduce")) o->alltoall = 0;
@@ -65,56 +77,115 @@ static int parse_options(int argc, char **argv, struct options *o, int quiet)
         case 's': o->size = atol(optarg); break;
         case 'i': o->iterations = atoi(optarg); break;
         case 'x': o->warmup = atoi(optarg); break;
+        case 'k': o->blocks = atoi(optarg); break;
         case 'b': o->bg_pairs = atoi(optarg); break;
         case 'B': o->bg_size = atol(optarg); break;
         case 'W': o->bg_window = atoi(optarg); break;
+        case 'D': o->duty = atoi(optarg); break;
         default:
             if (!quiet)
                 fprintf(stderr, "usage: %s [-o allreduce|alltoall] [-s bytes] [-i iterations] "
-                        "[-x warmup] [-b background_pairs] [-B background_bytes] "
-                        "[-W background_window]\n", argv[0]);
+                        "[-x warmup] [-k blocks] [-b background_pairs] [-B background_bytes] "
+                        "[-W background_window] [-D background_duty_percent]\n", argv[0]);
             return 1;
         }
     }
     if (o->size < 1 || o->iterations < 1 || o->warmup < 0 || o->bg_pairs < 0 ||
-        o->bg_size < 1 || o->bg_window < 1) {
-        if (!quiet) fprintf(stderr, "fabreg_tail_latency: sizes and counts must be positive\n");
+        o->bg_size < 1 || o->bg_window < 1 || o->blocks < 1 || o->blocks > o->iterations ||
+        o->duty < 1 || o->duty > 100) {
+        if (!quiet)
+            fprintf(stderr, "fabreg_tail_latency: sizes and counts must be positive "
+                    "(blocks <= iterations, duty 1..100 %%)\n");
         return 1;
     }
     return 0;
 }
 
-/* One background pair: both sides exchange `window` large messages per round;
- * the leader learns from world rank 0 when to stop and tells its partner. */
+/* Wait for a request; while the background is off, sleep between polls so idle
+ * background ranks leave the CPUs to the measured ones. */
+static void wait_request(MPI_Request *req, int sleepy)
+{
+    int done = 0;
+    while (!done) {
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (!done && sleepy) usleep(100);
+    }
+}
+
+static void exchange(const struct options *o, char *sbuf, char *rbuf, int partner,
+                     MPI_Request *req, MPI_Status *stat)
+{
+    int k;
+    for (k = 0; k < o->bg_window; k++) {
+        MPI_Irecv(rbuf + k * o->bg_size, (int)o->bg_size, MPI_BYTE, partner, TAG_BG,
+                  MPI_COMM_WORLD, &req[2 * k]);
+        MPI_Isend(sbuf + k * o->bg_size, (int)o->bg_size, MPI_BYTE, partner, TAG_BG,
+                  MPI_COMM_WORLD, &req[2 * k + 1]);
+    }
+    MPI_Waitall(2 * o->bg_window, req, stat);
+}
+
+/* One background pair. The leader takes phase changes from world rank 0, passes
+ * each round's phase to its partner, and acknowledges a change once it has
+ * taken effect (after the first round when switched on). */
 static long background(const struct options *o, int me, int partner, int leader)
 {
     char *sbuf = malloc(o->bg_size * o->bg_window), *rbuf = malloc(o->bg_size * o->bg_window);
     MPI_Request *req = malloc(sizeof(*req) * 2 * o->bg_window);
     MPI_Status *stat = malloc(sizeof(*stat) * 2 * o->bg_window);
-    MPI_Request stop_req = MPI_REQUEST_NULL;
-    int stop = 0, dummy = 0, k;
+    MPI_Request phase_req = MPI_REQUEST_NULL, ctrl_req;
+    int state = OFF, msg = OFF, ack = 1;
     long rounds = 0;
     memset(sbuf, me & 0xff, o->bg_size * o->bg_window);
-    if (leader) MPI_Irecv(&dummy, 1, MPI_INT, 0, TAG_STOP, MPI_COMM_WORLD, &stop_req);
+    if (leader) MPI_Irecv(&msg, 1, MPI_INT, 0, TAG_PHASE, MPI_COMM_WORLD, &phase_req);
     for (;;) {
+        int changed = 0;
         if (leader) {
-            MPI_Test(&stop_req, &stop, MPI_STATUS_IGNORE);
-            MPI_Send(&stop, 1, MPI_INT, partner, TAG_CTRL, MPI_COMM_WORLD);
+            if (state == OFF) {
+                wait_request(&phase_req, 1);
+                changed = 1;
+            } else {
+                MPI_Test(&phase_req, &changed, MPI_STATUS_IGNORE);
+            }
+            if (changed) {
+                state = msg;
+                if (state != STOP)
+                    MPI_Irecv(&msg, 1, MPI_INT, 0, TAG_PHASE, MPI_COMM_WORLD, &phase_req);
+            }
+            MPI_Send(&state, 1, MPI_INT, partner, TAG_CTRL, MPI_COMM_WORLD);
         } else {
-            MPI_Recv(&stop, 1, MPI_INT, partner, TAG_CTRL, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            int incoming;
+            MPI_Irecv(&incoming, 1, MPI_INT, partner, TAG_CTRL, MPI_COMM_WORLD, &ctrl_req);
+            wait_request(&ctrl_req, state != ON || o->duty < 100);
+            state = incoming;
         }
-        if (stop) break;
-        for (k = 0; k < o->bg_window; k++) {
-            MPI_Irecv(rbuf + k * o->bg_size, (int)o->bg_size, MPI_BYTE, partner, TAG_BG,
-                      MPI_COMM_WORLD, &req[2 * k]);
-            MPI_Isend(sbuf + k * o->bg_size, (int)o->bg_size, MPI_BYTE, partner, TAG_BG,
-                      MPI_COMM_WORLD, &req[2 * k + 1]);
+        if (state == STOP) break;
+        if (state == ON) {
+            double t = MPI_Wtime();
+            exchange(o, sbuf, rbuf, partner, req, stat);
+            rounds++;
+            /* Bursts: stream for a round, then pause so traffic fills `duty` % of the time. */
+            if (leader && o->duty < 100) {
+                t = (MPI_Wtime() - t) * (100.0 - o->duty) / o->duty;
+                usleep((useconds_t)(t * 1e6));
+            }
         }
-        MPI_Waitall(2 * o->bg_window, req, stat);
-        rounds++;
+        if (leader && changed)
+            MPI_Send(&ack, 1, MPI_INT, 0, TAG_ACK, MPI_COMM_WORLD);
     }
     free(sbuf); free(rbuf); free(req); free(stat);
     return rounds;
+}
+
+/* World rank 0 switches every background pair and waits until each has switched. */
+static void set_background(int phase, int measured, int pairs)
+{
+    int p, ack;
+    for (p = 0; p < pairs; p++)
+        MPI_Send(&phase, 1, MPI_INT, measured + 2 * p, TAG_PHASE, MPI_COMM_WORLD);
+    if (phase == STOP) return;
+    for (p = 0; p < pairs; p++)
+        MPI_Recv(&ack, 1, MPI_INT, measured + 2 * p, TAG_ACK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -132,29 +203,31 @@ static double percentile(const double *v, int n, double p)
     return v[idx];
 }
 
-static void measure(const struct options *o, MPI_Comm comm, double *times)
+static void report(const char *phase, double *t, int n)
 {
-    int n, i;
-    long count;
-    char *sbuf, *rbuf;
-    MPI_Comm_size(comm, &n);
-    /* allreduce: size bytes of doubles; alltoall: size bytes to every peer. */
-    count = o->alltoall ? o->size : (o->size + 7) / 8;
-    sbuf = malloc(o->alltoall ? o->size * n : count * 8);
-    rbuf = malloc(o->alltoall ? o->size * n : count * 8);
-    memset(sbuf, 1, o->alltoall ? o->size * n : count * 8);
-    for (i = -o->warmup; i < o->iterations; i++) {
-        double t;
-        MPI_Barrier(comm);
-        t = MPI_Wtime();
-        if (o->alltoall)
-            MPI_Alltoall(sbuf, (int)count, MPI_BYTE, rbuf, (int)count, MPI_BYTE, comm);
-        else
-            MPI_Allreduce(sbuf, rbuf, (int)count, MPI_DOUBLE, MPI_SUM, comm);
-        t = MPI_Wtime() - t;
-        if (i >= 0) times[i] = t;
-    }
-    free(sbuf); free(rbuf);
+    double sum = 0, p50, p99;
+    int i;
+    qsort(t, n, sizeof(double), cmp_double);
+    for (i = 0; i < n; i++) sum += t[i];
+    p50 = percentile(t, n, 50);
+    p99 = percentile(t, n, 99);
+    printf("%s %.3f %.3f %.3f %.3f %.3f %.3f %.4f\n", phase, p50 * 1e6,
+           percentile(t, n, 90) * 1e6, p99 * 1e6, t[n - 1] * 1e6, sum / n * 1e6, t[0] * 1e6,
+           p50 > 0 ? p99 / p50 : 0.0);
+}
+
+struct buffers { char *s, *r; long count; };
+
+static double one_iteration(const struct options *o, MPI_Comm comm, struct buffers *b)
+{
+    double t;
+    MPI_Barrier(comm);
+    t = MPI_Wtime();
+    if (o->alltoall)
+        MPI_Alltoall(b->s, (int)b->count, MPI_BYTE, b->r, (int)b->count, MPI_BYTE, comm);
+    else
+        MPI_Allreduce(b->s, b->r, (int)b->count, MPI_DOUBLE, MPI_SUM, comm);
+    return MPI_Wtime() - t;
 }
 
 int main(int argc, char **argv)
@@ -162,7 +235,6 @@ int main(int argc, char **argv)
     struct options o;
     int rank, nranks, measured, color;
     MPI_Comm comm;
-    double *times = NULL, *slowest = NULL;
     long rounds = 0, total_rounds = 0;
 
     MPI_Init(&argc, &argv);
@@ -182,45 +254,56 @@ int main(int argc, char **argv)
     }
     color = rank < measured ? 0 : 1;
     MPI_Comm_split(MPI_COMM_WORLD, color, rank, &comm);
-    MPI_Barrier(MPI_COMM_WORLD);
 
     if (color == 0) {
-        int p;
-        times = malloc(sizeof(double) * o.iterations);
-        if (rank == 0) slowest = malloc(sizeof(double) * o.iterations);
-        measure(&o, comm, times);
-        MPI_Reduce(times, slowest, o.iterations, MPI_DOUBLE, MPI_MAX, 0, comm);
-        if (rank == 0)
-            for (p = 0; p < o.bg_pairs; p++) {
-                int stop = 1;
-                MPI_Send(&stop, 1, MPI_INT, measured + 2 * p, TAG_STOP, MPI_COMM_WORLD);
+        int n, per_block = o.iterations / o.blocks, b, i, nq = 0, nl = 0;
+        int phases = o.bg_pairs > 0 ? 2 : 1;
+        double *quiet, *loaded, *quiet_max = NULL, *loaded_max = NULL;
+        struct buffers buf;
+        size_t bytes;
+        MPI_Comm_size(comm, &n);
+        /* allreduce: size bytes of doubles; alltoall: size bytes to every peer. */
+        buf.count = o.alltoall ? o.size : (o.size + 7) / 8;
+        bytes = o.alltoall ? (size_t)o.size * n : (size_t)buf.count * 8;
+        buf.s = malloc(bytes); buf.r = malloc(bytes);
+        memset(buf.s, 1, bytes);
+        quiet = malloc(sizeof(double) * per_block * o.blocks);
+        loaded = malloc(sizeof(double) * per_block * o.blocks);
+        for (i = 0; i < o.warmup; i++) one_iteration(&o, comm, &buf);
+        for (b = 0; b < o.blocks * phases; b++) {
+            int on = phases == 2 && b % 2 == 1;
+            if (phases == 2 && rank == 0) set_background(on ? ON : OFF, measured, o.bg_pairs);
+            for (i = 0; i < per_block; i++) {
+                double t = one_iteration(&o, comm, &buf);
+                if (on) loaded[nl++] = t; else quiet[nq++] = t;
             }
+        }
+        if (rank == 0 && o.bg_pairs > 0) set_background(STOP, measured, o.bg_pairs);
+        if (rank == 0) {
+            quiet_max = malloc(sizeof(double) * nq);
+            loaded_max = malloc(sizeof(double) * (nl > 0 ? nl : 1));
+        }
+        MPI_Reduce(quiet, quiet_max, nq, MPI_DOUBLE, MPI_MAX, 0, comm);
+        if (nl > 0) MPI_Reduce(loaded, loaded_max, nl, MPI_DOUBLE, MPI_MAX, 0, comm);
+        MPI_Reduce(&rounds, &total_rounds, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+        if (rank == 0) {
+            printf("# fabreg_tail_latency v2 op=%s size=%ld iterations=%d blocks=%d ranks=%d "
+                   "measured_ranks=%d background_pairs=%d background_size=%ld\n",
+                   o.alltoall ? "alltoall" : "allreduce", o.size, nq, o.blocks, nranks, measured,
+                   o.bg_pairs, o.bg_size);
+            printf("# phase p50_us p90_us p99_us max_us mean_us min_us p99_over_p50\n");
+            report("quiet", quiet_max, nq);
+            if (nl > 0) report("loaded", loaded_max, nl);
+            printf("# end fabreg_tail_latency status=ok background_rounds=%ld\n", total_rounds);
+            fflush(stdout);
+        }
+        free(buf.s); free(buf.r); free(quiet); free(loaded); free(quiet_max); free(loaded_max);
     } else {
-        int offset = rank - measured;
-        int leader = offset % 2 == 0;
+        int leader = (rank - measured) % 2 == 0;
         rounds = background(&o, rank, leader ? rank + 1 : rank - 1, leader);
         if (!leader) rounds = 0;  /* count each pair's rounds once */
+        MPI_Reduce(&rounds, &total_rounds, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
     }
-    MPI_Reduce(&rounds, &total_rounds, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-
-    if (rank == 0) {
-        int n = o.iterations, i;
-        double sum = 0, p50, p99;
-        qsort(slowest, n, sizeof(double), cmp_double);
-        for (i = 0; i < n; i++) sum += slowest[i];
-        p50 = percentile(slowest, n, 50);
-        p99 = percentile(slowest, n, 99);
-        printf("# fabreg_tail_latency v1 op=%s size=%ld iterations=%d ranks=%d measured_ranks=%d "
-               "background_pairs=%d background_size=%ld\n", o.alltoall ? "alltoall" : "allreduce",
-               o.size, n, nranks, measured, o.bg_pairs, o.bg_size);
-        printf("# p50_us p90_us p99_us max_us mean_us min_us p99_over_p50\n");
-        printf("%.3f %.3f %.3f %.3f %.3f %.3f %.4f\n", p50 * 1e6,
-               percentile(slowest, n, 90) * 1e6, p99 * 1e6, slowest[n - 1] * 1e6,
-               sum / n * 1e6, slowest[0] * 1e6, p50 > 0 ? p99 / p50 : 0.0);
-        printf("# end fabreg_tail_latency status=ok background_rounds=%ld\n", total_rounds);
-        fflush(stdout);
-    }
-    free(times); free(slowest);
     MPI_Comm_free(&comm);
     MPI_Finalize();
     return 0;

@@ -163,15 +163,9 @@ def parse_streams(text: str) -> StreamsResult:
 # --- tail latency ----------------------------------------------------------------
 
 @dataclass(frozen=True)
-class TailLatencyResult:
-    """Per-iteration latency distribution of one collective, in microseconds."""
+class LatencyStats:
+    """Per-iteration latency distribution of one phase, in microseconds."""
 
-    op: str
-    size: int
-    iterations: int
-    measured_ranks: int
-    background_pairs: int
-    background_rounds: int
     p50_us: float
     p90_us: float
     p99_us: float
@@ -181,19 +175,45 @@ class TailLatencyResult:
     p99_over_p50: float
 
 
-def parse_tail_latency(text: str) -> TailLatencyResult:
-    block = parse_block(text, "tail_latency")
-    if len(block.rows) != 1:
-        raise ProbeOutputError(
-            f"fabreg_tail_latency should print one row of figures, got {len(block.rows)}")
-    row, p = block.rows[0], block.params
-    return TailLatencyResult(
-        op=str(p["op"]), size=int(p["size"]), iterations=int(p["iterations"]),
-        measured_ranks=int(p["measured_ranks"]), background_pairs=int(p["background_pairs"]),
-        background_rounds=int(block.summary.get("background_rounds", 0)),
+@dataclass(frozen=True)
+class TailLatencyResult:
+    """One run: the quiet phase, and the loaded phase when background pairs ran."""
+
+    op: str
+    size: int
+    iterations: int
+    blocks: int
+    measured_ranks: int
+    background_pairs: int
+    background_rounds: int
+    quiet: LatencyStats
+    loaded: LatencyStats | None
+
+
+def _stats(row: dict[str, float | int | str]) -> LatencyStats:
+    return LatencyStats(
         p50_us=float(row["p50_us"]), p90_us=float(row["p90_us"]), p99_us=float(row["p99_us"]),
         max_us=float(row["max_us"]), mean_us=float(row["mean_us"]), min_us=float(row["min_us"]),
         p99_over_p50=float(row["p99_over_p50"]),
+    )
+
+
+def parse_tail_latency(text: str) -> TailLatencyResult:
+    block = parse_block(text, "tail_latency")
+    phases = {str(r["phase"]): r for r in block.rows}
+    p = block.params
+    if "quiet" not in phases:
+        raise ProbeOutputError("fabreg_tail_latency printed no quiet row")
+    if int(p["background_pairs"]) > 0 and "loaded" not in phases:
+        raise ProbeOutputError("fabreg_tail_latency ran background pairs but printed no "
+                               "loaded row")
+    return TailLatencyResult(
+        op=str(p["op"]), size=int(p["size"]), iterations=int(p["iterations"]),
+        blocks=int(p["blocks"]), measured_ranks=int(p["measured_ranks"]),
+        background_pairs=int(p["background_pairs"]),
+        background_rounds=int(block.summary.get("background_rounds", 0)),
+        quiet=_stats(phases["quiet"]),
+        loaded=_stats(phases["loaded"]) if "loaded" in phases else None,
     )
 
 

@@ -1,0 +1,112 @@
+"""Allreduce / alltoall tail latency, quiet and under background traffic.
+
+The probe alternates blocks of measured iterations with its background pairs
+asleep (quiet) and streaming bursts of large messages on the same nodes and
+links (loaded), so both samples see the same machine. The tail (p99/p50) must be
+higher under load: if it is not, the background traffic did not reach the
+measured ranks and the comparison means nothing. The collective algorithm is a
+parameter, so algorithms compare under the same load (fabreg.collectives says
+how each MPI is told).
+"""
+
+import reframe as rfm
+import reframe.utility.sanity as sn
+from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
+from reframe.core.exceptions import SanityError
+
+from fabreg import collectives
+from fabreg.parsers.probes import TailLatencyResult, parse_tail_latency
+from fabreg.testlib.workloads import ProbeCheck, apply_references
+
+#: (collective, algorithm) pairs compared; "default" is the MPI's own choice.
+CASES = [
+    ("allreduce", "default"),
+    ("allreduce", "ring"),
+    ("allreduce", "recursive_doubling"),
+    ("allreduce", "rabenseifner"),
+    ("alltoall", "default"),
+    ("alltoall", "pairwise"),
+]
+
+
+@rfm.simple_test
+class TailLatency(ProbeCheck):
+    """p50 / p99 / max per-iteration latency and p99/p50, quiet and loaded."""
+
+    case = parameter(CASES, fmt=lambda c: f"{c[0]}:{c[1]}")
+    collective = variable(str, value="", loggable=True)
+    algorithm = variable(str, value="", loggable=True)
+    message_size = variable(int, value=64 << 10, loggable=True)
+    #: Iterations per phase, split into this many quiet/loaded block pairs.
+    iterations = variable(int, value=500, loggable=True)
+    blocks = variable(int, value=10, loggable=True)
+    warmup = variable(int, value=50, loggable=False)
+    measured_ranks = variable(int, value=2, loggable=True)
+    background_pairs = variable(int, value=1, loggable=True)
+    background_size = variable(int, value=1 << 20, loggable=True)
+    #: Share of the loaded phase the background spends streaming (bursts), percent.
+    background_duty = variable(int, value=25, loggable=True)
+
+    benchmark = "fabreg_tail_latency"
+    tags = {"workload", "tail_latency"}
+
+    @run_after("init")
+    def set_case(self) -> None:
+        self.collective, self.algorithm = self.case
+        self.num_tasks = self.measured_ranks + 2 * self.background_pairs
+        self.descr = (f"{self.collective} tail latency ({self.algorithm} algorithm), "
+                      f"{self.background_pairs} background pair(s)")
+
+    @run_after("setup")
+    def select_algorithm(self) -> None:
+        reason = collectives.unsupported_reason(self.mpi, self.collective, self.algorithm)
+        self.skip_if(bool(reason), reason or "")
+        choice = collectives.select(self.mpi, self.collective, self.algorithm)
+        self.launch_options = [*self.launch_options, *choice.options]
+        self.env_vars.update(choice.env)
+
+    @run_after("setup")
+    def set_options(self) -> None:
+        self.executable_opts = [
+            "-o", self.collective, "-s", str(self.message_size), "-i", str(self.iterations),
+            "-k", str(self.blocks), "-x", str(self.warmup), "-b", str(self.background_pairs),
+            "-B", str(self.background_size), "-D", str(self.background_duty),
+        ]
+        wanted = {name: (name, self.message_size) for name in (
+            "p50", "p99", "p99_over_p50", "loaded_p50", "loaded_p99", "loaded_p99_over_p50")}
+        apply_references(self, self.benchmark, wanted, mpi=self.mpi, nodes=self.num_nodes,
+                         transport=getattr(self, "transport", None))
+
+    def result(self) -> TailLatencyResult:
+        return parse_tail_latency(self.output_text())
+
+    @sanity_function
+    def tail_grows_under_load(self) -> bool:
+        result = self.result()
+        if result.loaded is None or result.background_rounds < 1:
+            raise SanityError("the background pairs completed no round of traffic")
+        if not result.loaded.p99_over_p50 > result.quiet.p99_over_p50:
+            raise SanityError(
+                f"p99/p50 not higher under background traffic: quiet "
+                f"{result.quiet.p99_over_p50:.2f}, loaded {result.loaded.p99_over_p50:.2f} "
+                f"({self.background_pairs} pair(s) of {self.background_size} B bursts)")
+        return True
+
+    @run_before("performance")
+    def set_perf_variables(self) -> None:
+        def figure(which: str, name: str) -> float:
+            result = self.result()
+            stats = result.quiet if which == "quiet" else result.loaded
+            return float(getattr(stats, name)) if stats else 0.0
+
+        self.perf_variables = {
+            "p50": sn.make_performance_function(figure, "us", "quiet", "p50_us"),
+            "p99": sn.make_performance_function(figure, "us", "quiet", "p99_us"),
+            "max": sn.make_performance_function(figure, "us", "quiet", "max_us"),
+            "p99_over_p50": sn.make_performance_function(figure, "ratio", "quiet",
+                                                         "p99_over_p50"),
+            "loaded_p50": sn.make_performance_function(figure, "us", "loaded", "p50_us"),
+            "loaded_p99": sn.make_performance_function(figure, "us", "loaded", "p99_us"),
+            "loaded_p99_over_p50": sn.make_performance_function(figure, "ratio", "loaded",
+                                                                "p99_over_p50"),
+        }
