@@ -1,0 +1,40 @@
+"""UCX microbenchmarks (ucx_perftest) per UCX transport, below any MPI.
+
+Latency tests report p50 and average one-way latency; bandwidth tests report
+p50 and average send overhead; both report bandwidth and message rate. Run over
+``tcp`` and ``posix`` on any host, ``rc``/``ud`` where RDMA devices exist (skipped
+with the reason elsewhere), and on CUDA buffers where UCX and a GPU allow it.
+"""
+
+import reframe as rfm
+from reframe.core.builtins import parameter
+
+from fabreg.testlib.ucx_perftest import UcxPerftestCheck
+
+TRANSPORTS = ["tcp", "posix", "rc", "ud"]
+
+
+@rfm.simple_test
+class UcxPerftestLatency(UcxPerftestCheck):
+    """Ping-pong latency of 8-byte messages."""
+
+    ucx_test = parameter(["tag_lat", "ucp_am_lat"])
+    ucx_transport = parameter(TRANSPORTS)
+    buffer = parameter(["host", "cuda"])
+    message_size = 8
+    iterations = 10000
+    time_metric = "latency"
+    tags = {"ucx", "workload"}
+
+
+@rfm.simple_test
+class UcxPerftestBandwidth(UcxPerftestCheck):
+    """Streaming bandwidth and message rate of 64 KiB messages."""
+
+    ucx_test = parameter(["tag_bw", "ucp_put_bw", "ucp_am_bw"])
+    ucx_transport = parameter(TRANSPORTS)
+    buffer = parameter(["host", "cuda"])
+    message_size = 65536
+    iterations = 2000
+    time_metric = "overhead"
+    tags = {"ucx", "workload"}
