@@ -23,6 +23,8 @@ def test_unknown_buffer_kind():
 def test_no_gpu_is_the_reason_here():
     reason = gpu.device_buffer_problem("cuda", "openmpi")
     assert reason and reason.startswith("no GPU")
+    if shutil.which("ompi_info"):
+        assert "; no CUDA-aware MPI: openmpi was built without CUDA support" in reason
 
 
 @pytest.mark.skipif(not shutil.which("ompi_info"), reason="ompi_info not installed")

@@ -75,13 +75,13 @@ def ucx_cuda_problem() -> str | None:
 def device_buffer_problem(buffer: str, mpi: str | None = None) -> str | None:
     """The skip reason for running on ``buffer`` memory here (None: go ahead).
 
-    ``mpi`` None means UCX directly (ucx_perftest).
+    Every missing piece is named (no GPU; MPI or UCX without CUDA), so one run
+    tells a site all it lacks. ``mpi`` None means UCX directly (ucx_perftest).
     """
     if buffer == "host":
         return None
     if buffer != "cuda":
         return f"unknown buffer kind {buffer!r} (known: {', '.join(BUFFERS)})"
-    reason = no_gpu_reason()
-    if reason:
-        return reason
-    return ucx_cuda_problem() if mpi is None else mpi_cuda_problem(mpi)
+    problems = [no_gpu_reason(), ucx_cuda_problem() if mpi is None else mpi_cuda_problem(mpi)]
+    found = [p for p in problems if p]
+    return "; ".join(found) if found else None
