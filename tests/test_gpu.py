@@ -55,5 +55,6 @@ def test_real_ucx_perftest_memory_types():
     text = subprocess.run(["ucx_perftest", "-h"], capture_output=True, text=True)
     types = ucx_memory_types(text.stdout + text.stderr)
     assert "host" in types
+    assert "bcopy" not in types  # a data layout (-D), not a memory type
     if "cuda" not in types:
         assert "UCX was built without CUDA" in gpu.ucx_cuda_problem()

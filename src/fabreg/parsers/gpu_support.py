@@ -6,7 +6,7 @@ import re
 
 _OMPI_CUDA = re.compile(r"^mca:\w+:base:param:(?:mpi|opal)_built_with_cuda_support:value:(\w+)",
                         re.MULTILINE)
-_MEM_TYPES = re.compile(r"memory type of message.*?\n(?P<body>(?:\s{20,}\S.*\n)+)", re.DOTALL)
+_MEM_TYPES = re.compile(r"memory type of message[^\n]*\n(?P<body>(?:[ \t]{20,}\S[^\n]*\n)+)")
 _MEM_NAME = re.compile(r"^\s+(?P<name>[\w-]+)\s+-\s")
 
 
