@@ -17,6 +17,7 @@ from fabreg.errors import FabregError
 
 COMMAND_MODULES: tuple[str, ...] = (
     "fabreg.commands.counters",
+    "fabreg.commands.stress",
 )
 
 
