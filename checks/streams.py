@@ -55,7 +55,7 @@ class StreamsBase(ProbeCheck):
     @run_after("setup")
     def set_options(self) -> None:
         self.executable_opts = self.probe_options(PLACEMENTS[self.placement][0])
-        apply_references(self, self.benchmark, {
+        apply_references(self, f"{self.benchmark}_{self.placement}", {
             "rate_min": ("rate_min", self.message_size),
             "rate_total": ("rate_total", self.message_size),
             "fanin_share": ("fanin_share", self.message_size),

@@ -38,12 +38,12 @@ class TailLatency(ProbeCheck):
     algorithm = variable(str, value="", loggable=True)
     message_size = variable(int, value=64 << 10, loggable=True)
     #: Iterations per phase, split into this many quiet/loaded block pairs.
-    iterations = variable(int, value=500, loggable=True)
-    blocks = variable(int, value=10, loggable=True)
+    iterations = variable(int, value=1000, loggable=True)
+    blocks = variable(int, value=20, loggable=True)
     warmup = variable(int, value=50, loggable=False)
     measured_ranks = variable(int, value=2, loggable=True)
     background_pairs = variable(int, value=1, loggable=True)
-    background_size = variable(int, value=1 << 20, loggable=True)
+    background_size = variable(int, value=4 << 20, loggable=True)
     #: Share of the loaded phase the background spends streaming (bursts), percent.
     background_duty = variable(int, value=25, loggable=True)
 
@@ -74,7 +74,8 @@ class TailLatency(ProbeCheck):
         ]
         wanted = {name: (name, self.message_size) for name in (
             "p50", "p99", "p99_over_p50", "loaded_p50", "loaded_p99", "loaded_p99_over_p50")}
-        apply_references(self, self.benchmark, wanted, mpi=self.mpi, nodes=self.num_nodes,
+        apply_references(self, f"{self.benchmark}_{self.collective}", wanted, mpi=self.mpi,
+                         nodes=self.num_nodes,
                          transport=getattr(self, "transport", None))
 
     def result(self) -> TailLatencyResult:

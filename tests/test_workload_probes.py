@@ -149,16 +149,17 @@ def test_streams_bad_placement_is_one_clear_line(build):
 @pytest.mark.slow
 @pytest.mark.parametrize("op", ["allreduce", "alltoall"])
 def test_tail_latency_background_raises_the_tail(build, op):
-    """p99/p50 is higher while a background pair streams 1 MiB bursts than while it sleeps.
+    """p99/p50 is higher while a background pair streams 4 MiB bursts than while it sleeps.
 
     The probe alternates quiet and loaded blocks in one run, so both samples see
     the same host load; the quiet-only run shows the background ranks are needed.
     """
     probe = build("fabreg_tail_latency")
-    out = probe.run(4, "-o", op, "-s", "65536", "-i", "500", "-k", "10", "-b", "1").stdout
+    out = probe.run(4, "-o", op, "-s", "65536", "-i", "1000", "-k", "20", "-b", "1",
+                    "-B", str(4 << 20)).stdout
     r = parse_tail_latency(out)
     assert r.background_pairs == 1 and r.background_rounds > 0 and r.measured_ranks == 2
-    assert r.iterations == 500 and r.blocks == 10
+    assert r.iterations == 1000 and r.blocks == 20
     assert r.loaded is not None
     assert r.quiet.p50_us <= r.quiet.p99_us <= r.quiet.max_us
     assert r.loaded.p99_over_p50 > r.quiet.p99_over_p50, (r.quiet, r.loaded)

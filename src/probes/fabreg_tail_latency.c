@@ -101,16 +101,21 @@ static int parse_options(int argc, char **argv, struct options *o, int quiet)
     return 0;
 }
 
-/* Wait for a request; while the background is off, sleep between polls so idle
- * background ranks leave the CPUs to the measured ones. */
-static void wait_request(MPI_Request *req, int sleepy)
+/* Wait for a request, sleeping `nap` microseconds between polls (0: spin), so
+ * idle background ranks leave the CPUs to the measured ones. */
+static void wait_request(MPI_Request *req, useconds_t nap)
 {
     int done = 0;
     while (!done) {
         MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (!done && sleepy) usleep(100);
+        if (!done && nap) usleep(nap);
     }
 }
+
+/* Poll interval while the background is off (rare wake-ups: the quiet phase
+ * must stay quiet) and between bursts. */
+#define NAP_OFF 2000
+#define NAP_BURST 100
 
 static void exchange(const struct options *o, char *sbuf, char *rbuf, int partner,
                      MPI_Request *req, MPI_Status *stat)
@@ -142,7 +147,7 @@ static long background(const struct options *o, int me, int partner, int leader)
         int changed = 0;
         if (leader) {
             if (state == OFF) {
-                wait_request(&phase_req, 1);
+                wait_request(&phase_req, NAP_OFF);
                 changed = 1;
             } else {
                 MPI_Test(&phase_req, &changed, MPI_STATUS_IGNORE);
@@ -156,7 +161,7 @@ static long background(const struct options *o, int me, int partner, int leader)
         } else {
             int incoming;
             MPI_Irecv(&incoming, 1, MPI_INT, partner, TAG_CTRL, MPI_COMM_WORLD, &ctrl_req);
-            wait_request(&ctrl_req, state != ON || o->duty < 100);
+            wait_request(&ctrl_req, state != ON ? NAP_OFF : o->duty < 100 ? NAP_BURST : 0);
             state = incoming;
         }
         if (state == STOP) break;
