@@ -133,6 +133,7 @@ class StreamsFanIn(StreamsBase):
         argv = launcher_argv(self, 2)
         self.prerun_cmds += [" ".join([*argv, self.probe_path(), *self.probe_options("pairs"),
                                        "> baseline.out"])]
+        self.keep_files = [*self.keep_files, "baseline.out"]
 
     def problems(self, result: StreamsResult) -> list[str]:
         problems = super().problems(result)

@@ -152,17 +152,21 @@ def test_tail_latency_background_raises_the_tail(build, op):
     """p99/p50 is higher while a background pair streams 4 MiB bursts than while it sleeps.
 
     The probe alternates quiet and loaded blocks in one run, so both samples see
-    the same host load; the quiet-only run shows the background ranks are needed.
+    the same host load. As in the check, most of three runs must show it: other
+    work on a shared machine can swamp any single run's quiet tail.
     """
     probe = build("fabreg_tail_latency")
-    out = probe.run(4, "-o", op, "-s", "65536", "-i", "1000", "-k", "20", "-b", "1",
-                    "-B", str(4 << 20)).stdout
-    r = parse_tail_latency(out)
-    assert r.background_pairs == 1 and r.background_rounds > 0 and r.measured_ranks == 2
-    assert r.iterations == 1000 and r.blocks == 20
-    assert r.loaded is not None
-    assert r.quiet.p50_us <= r.quiet.p99_us <= r.quiet.max_us
-    assert r.loaded.p99_over_p50 > r.quiet.p99_over_p50, (r.quiet, r.loaded)
+    higher = []
+    for _ in range(3):
+        out = probe.run(4, "-o", op, "-s", "65536", "-i", "1000", "-k", "20", "-b", "1",
+                        "-B", str(4 << 20)).stdout
+        r = parse_tail_latency(out)
+        assert r.background_pairs == 1 and r.background_rounds > 0 and r.measured_ranks == 2
+        assert r.iterations == 1000 and r.blocks == 20
+        assert r.loaded is not None
+        assert r.quiet.p50_us <= r.quiet.p99_us <= r.quiet.max_us
+        higher.append(r.loaded.p99_over_p50 > r.quiet.p99_over_p50)
+    assert sum(higher) >= 2, higher
     alone = parse_tail_latency(probe.run(2, "-o", op, "-s", "65536", "-i", "100").stdout)
     assert alone.loaded is None and alone.background_rounds == 0
 

@@ -41,6 +41,7 @@ class FabricCounters(rfm.RegressionTestPlugin):
         interfaces = list(self.current_partition.extras.get("tcp_interfaces") or [])
         self.prerun_cmds = [snapshot_command(BEFORE, interfaces), *self.prerun_cmds]
         self.postrun_cmds = [*self.postrun_cmds, snapshot_command(AFTER, interfaces)]
+        self.keep_files = [*self.keep_files, BEFORE, AFTER]
 
     @run_before("performance")
     def counter_deltas(self) -> None:

@@ -107,7 +107,7 @@ class PerftestCheck(FabricCounters, rfm.RunOnlyRegressionTest):
         text = client_server.script(server, [*server, "{server_host}"], nodes=self.num_nodes)
         Path(self.stagedir, client_server.SCRIPT).write_text(text)
         self.job.launcher = getlauncher("local")()
-        self.keep_files = [client_server.SERVER_OUT, TABLE]
+        self.keep_files = [*self.keep_files, client_server.SERVER_OUT, TABLE]
 
     def table(self) -> PerftestTable:
         return parse_perftest(Path(self.stagedir, str(self.stdout.evaluate())).read_text())

@@ -88,7 +88,7 @@ class UcxPerftestCheck(FabricCounters, rfm.RunOnlyRegressionTest):
         Path(self.stagedir, client_server.SCRIPT).write_text(text)
         self.env_vars["UCX_TLS"] = self.ucx_transport
         self.job.launcher = getlauncher("local")()
-        self.keep_files = [client_server.SERVER_OUT]
+        self.keep_files = [*self.keep_files, client_server.SERVER_OUT]
 
     def result(self) -> UcxPerftestResult:
         return parse_ucx_perftest(Path(self.stagedir, str(self.stdout.evaluate())).read_text())
