@@ -8,6 +8,7 @@ phase and the communication fraction.
 
 import reframe as rfm
 import reframe.utility.sanity as sn
+import reframe.utility.typecheck as typ
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
 
@@ -26,7 +27,7 @@ class Matmul(ProbeCheck):
     matrix_size = parameter([512, 1024])
     ranks = parameter([2, 4])
     #: Make one rank send a wrong element (to see the check fail).
-    corrupt = variable(bool, value=False, loggable=False)
+    corrupt = variable(typ.Bool, value=False, loggable=False)
 
     benchmark = "fabreg_matmul"
     tags = {"workload", "matmul"}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import reframe as rfm
 import reframe.utility.sanity as sn
+import reframe.utility.typecheck as typ
 from reframe.core.backends import getlauncher
 from reframe.core.builtins import run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
@@ -49,7 +50,7 @@ class PerftestCheck(FabricCounters, rfm.RunOnlyRegressionTest):
     iterations = variable(int, value=1000, loggable=True)
     #: Skip on a local partition whose host lists no RDMA device (set False to let
     #: perftest itself say so at run time).
-    detect_devices = variable(bool, value=True, loggable=False)
+    detect_devices = variable(typ.Bool, value=True, loggable=False)
 
     valid_systems = ["*"]
     valid_prog_environs = ["builtin"]
