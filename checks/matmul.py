@@ -13,7 +13,7 @@ from reframe.core.builtins import parameter, run_after, run_before, sanity_funct
 from reframe.core.exceptions import SanityError
 
 from fabreg.parsers.probes import MatmulResult, parse_matmul
-from fabreg.testlib.workloads import ProbeCheck, apply_references
+from fabreg.testlib.workloads import ProbeCheck
 
 #: Phases whose time counts as distributing the inputs, per mode.
 DISTRIBUTE = ("bcast", "scatter", "distribute")
@@ -34,18 +34,23 @@ class Matmul(ProbeCheck):
 
     @run_after("init")
     def set_ranks(self) -> None:
-        self.num_tasks = self.ranks
-        self.descr = f"C = A*B, n={self.matrix_size}, {self.ranks} ranks, {self.mode}"
+        if self.ranks < self.nodes or self.ranks % self.nodes:
+            self.impossible()  # the same number of ranks on every node
+        self.descr = (f"C = A*B, n={self.matrix_size}, {self.ranks} ranks on {self.nodes} "
+                      f"node(s), {self.mode}")
+
+    def placement(self) -> tuple[int, int]:
+        return self.nodes, self.ranks // self.nodes
 
     @run_after("setup")
     def set_options(self) -> None:
         self.executable_opts = ["-n", str(self.matrix_size), "-m", self.mode]
         if self.corrupt:
             self.executable_opts.append("--corrupt")
-        wanted = {name: (name, self.matrix_size) for name in (
+
+    def references_wanted(self) -> dict[str, tuple[str, int | None, bool]]:
+        return {name: (name, self.matrix_size, name == "gflops") for name in (
             "total", "distribute", "compute", "gather", "comm_fraction", "gflops")}
-        apply_references(self, self.benchmark, wanted, mpi=self.mpi, nodes=self.num_nodes,
-                         transport=getattr(self, "transport", None))
 
     def result(self) -> MatmulResult:
         return parse_matmul(self.output_text())

@@ -1,8 +1,8 @@
 """Many transmitter -> receiver streams at once: rate, loss and corruption per stream.
 
-Placements: one pair, two pairs at once, fan-in (two transmitters to one
-receiver) on one node, and one pair across two nodes where the partition has
-them. Every stream must lose nothing and corrupt nothing; under fan-in each
+Placements: one pair and two pairs at once within a node, pairs across nodes
+(on partitions with several nodes), and fan-in (two transmitters to one
+receiver). Every stream must lose nothing and corrupt nothing; under fan-in each
 stream must get a fair share (see docs/workloads.md).
 """
 
@@ -12,16 +12,16 @@ from reframe.core.builtins import parameter, run_after, run_before, sanity_funct
 from reframe.core.exceptions import SanityError
 
 from fabreg.parsers.probes import StreamsResult, parse_streams
-from fabreg.testlib.workloads import ProbeCheck, apply_references, launcher_argv
+from fabreg.testlib.workloads import ProbeCheck, launcher_argv
 
 KB = 1 << 10
 
-#: placement -> (probe placement, ranks, nodes)
-PLACEMENTS = {
-    "pair": ("pairs", 2, 1),
-    "pairs": ("pairs", 4, 1),
-    "cross": ("cross", 2, 2),
-    "fanin": ("fanin", 3, 1),
+#: layout -> the probe's placement (-p), ranks on one node (None: one rank per node, across)
+LAYOUTS = {
+    "pair": ("pairs", 2),
+    "pairs": ("pairs", 4),
+    "cross": ("cross", None),
+    "fanin": ("fanin", 3),
 }
 
 
@@ -36,17 +36,16 @@ class StreamsBase(ProbeCheck):
     benchmark = "fabreg_streams"
 
     @run_after("init")
-    def set_ranks(self) -> None:
-        _, self.num_tasks, self.num_nodes = PLACEMENTS[self.placement]
-        self.num_tasks_per_node = self.num_tasks // self.num_nodes
-        self.descr = f"fabreg_streams, placement {self.placement}"
+    def drop_impossible_placements(self) -> None:
+        across = LAYOUTS[self.layout][1] is None
+        # Across nodes: one rank per node, rank i -> i + n/2, so an even node count.
+        if across != (self.nodes > 1) or (across and self.nodes % 2):
+            self.impossible()
+        self.descr = f"fabreg_streams, layout {self.layout}, {self.nodes} node(s)"
 
-    @run_after("setup")
-    def skip_without_nodes(self) -> None:
-        have = int(self.current_partition.extras.get("max_nodes", 1))
-        self.skip_if(self.num_nodes > have,
-                     f"placement {self.placement!r} needs {self.num_nodes} nodes; partition "
-                     f"{self.current_partition.fullname} has {have}")
+    def placement(self) -> tuple[int, int]:
+        per_node = LAYOUTS[self.layout][1]
+        return (self.nodes, 1) if per_node is None else (1, per_node)
 
     def probe_options(self, placement: str) -> list[str]:
         return ["-p", placement, "-s", str(self.message_size), "-w", str(self.window),
@@ -54,12 +53,14 @@ class StreamsBase(ProbeCheck):
 
     @run_after("setup")
     def set_options(self) -> None:
-        self.executable_opts = self.probe_options(PLACEMENTS[self.placement][0])
-        apply_references(self, f"{self.benchmark}_{self.placement}", {
-            "rate_min": ("rate_min", self.message_size),
-            "rate_total": ("rate_total", self.message_size),
-            "fanin_share": ("fanin_share", self.message_size),
-        }, mpi=self.mpi, nodes=self.num_nodes, transport=getattr(self, "transport", None))
+        self.executable_opts = self.probe_options(LAYOUTS[self.layout][0])
+
+    def reference_benchmark(self) -> str:
+        return f"{self.benchmark}_{self.layout}"
+
+    def references_wanted(self) -> dict[str, tuple[str, int | None, bool]]:
+        return {"rate_min": ("rate_min", self.message_size, True),
+                "rate_total": ("rate_total", self.message_size, False)}
 
     def result(self) -> StreamsResult:
         return parse_streams(self.output_text())
@@ -91,14 +92,14 @@ class StreamsBase(ProbeCheck):
 
 @rfm.simple_test
 class Streams(StreamsBase):
-    """One pair, two pairs at once on one node, one pair across two nodes."""
+    """One pair, two pairs at once on one node; pairs across nodes."""
 
-    placement = parameter(["pair", "pairs", "cross"])
+    layout = parameter(["pair", "pairs", "cross"])
     tags = {"workload", "streams"}
 
     def problems(self, result: StreamsResult) -> list[str]:
         problems = super().problems(result)
-        if self.placement == "cross":
+        if self.layout == "cross":
             problems += [f"stream {s.stream} stayed on node {s.tx_host}"
                          for s in result.streams if not s.crosses_nodes]
         return problems
@@ -113,16 +114,15 @@ class StreamsFanIn(StreamsBase):
     fair split of one stream's worth, below 1 a stream is starved.
     """
 
-    placement = variable(str, value="fanin", loggable=True)
+    layout = variable(str, value="fanin", loggable=True)
     fanin = variable(int, value=2, loggable=True)
     #: Slowest stream / fastest stream must be at least this.
     min_fairness = variable(float, value=0.5, loggable=False)
 
     tags = {"workload", "streams"}
 
-    @run_after("init")
-    def set_fanin_ranks(self) -> None:
-        self.num_tasks = self.fanin + 1
+    def placement(self) -> tuple[int, int]:
+        return 1, self.fanin + 1
 
     @run_after("setup")
     def add_fanin_option(self) -> None:
@@ -134,6 +134,10 @@ class StreamsFanIn(StreamsBase):
         self.prerun_cmds += [" ".join([*argv, self.probe_path(), *self.probe_options("pairs"),
                                        "> baseline.out"])]
         self.keep_files = [*self.keep_files, "baseline.out"]
+
+    def references_wanted(self) -> dict[str, tuple[str, int | None, bool]]:
+        return {**super().references_wanted(),
+                "fanin_share": ("fanin_share", self.message_size, True)}
 
     def problems(self, result: StreamsResult) -> list[str]:
         problems = super().problems(result)

@@ -21,7 +21,7 @@ from reframe.core.exceptions import SanityError
 
 from fabreg import collectives
 from fabreg.parsers.probes import TailLatencyResult, parse_tail_latency
-from fabreg.testlib.workloads import ProbeCheck, apply_references, launcher_argv
+from fabreg.testlib.workloads import ProbeCheck, launcher_argv
 
 #: (collective, algorithm) pairs compared; "default" is the MPI's own choice.
 CASES = [
@@ -60,9 +60,17 @@ class TailLatency(ProbeCheck):
     @run_after("init")
     def set_case(self) -> None:
         self.collective, self.algorithm = self.case
-        self.num_tasks = self.measured_ranks + 2 * self.background_pairs
-        self.descr = (f"{self.collective} tail latency ({self.algorithm} algorithm), "
-                      f"{self.background_pairs} background pair(s)")
+        # Across nodes every node holds one measured and one background rank and each
+        # background pair spans two nodes (the probe's -I), so the node count is even.
+        if self.nodes > 1 and self.nodes % 2:
+            self.impossible()
+        self.descr = (f"{self.collective} tail latency ({self.algorithm} algorithm) under "
+                      f"background traffic, {self.nodes} node(s)")
+
+    def placement(self) -> tuple[int, int]:
+        if self.nodes == 1:
+            return 1, self.measured_ranks + 2 * self.background_pairs
+        return self.nodes, 2
 
     @run_after("setup")
     def select_algorithm(self) -> None:
@@ -74,16 +82,20 @@ class TailLatency(ProbeCheck):
 
     @run_after("setup")
     def set_options(self) -> None:
+        if self.nodes > 1:
+            self.measured_ranks, self.background_pairs = self.nodes, self.nodes // 2
         self.executable_opts = [
             "-o", self.collective, "-s", str(self.message_size), "-i", str(self.iterations),
             "-k", str(self.blocks), "-x", str(self.warmup), "-b", str(self.background_pairs),
             "-B", str(self.background_size), "-D", str(self.background_duty),
-        ]
-        wanted = {name: (name, self.message_size) for name in (
+        ] + (["-I"] if self.nodes > 1 else [])
+
+    def reference_benchmark(self) -> str:
+        return f"{self.benchmark}_{self.collective}"
+
+    def references_wanted(self) -> dict[str, tuple[str, int | None, bool]]:
+        return {name: (name, self.message_size, name == "p50") for name in (
             "p50", "p99", "p99_over_p50", "loaded_p50", "loaded_p99", "loaded_p99_over_p50")}
-        apply_references(self, f"{self.benchmark}_{self.collective}", wanted, mpi=self.mpi,
-                         nodes=self.num_nodes,
-                         transport=getattr(self, "transport", None))
 
     @run_before("run")
     def earlier_repeats(self) -> None:

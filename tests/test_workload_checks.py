@@ -38,16 +38,18 @@ def test_ucx_perftest_runs_tcp_and_posix_and_skips_the_rest(tmp_path):
                        cwd=tmp_path)
     out = _out(proc)
     assert proc.returncode == 0, out[-3000:]
-    rows = {r["ucx_transport"]: r for r in _rows(perflogs, "UcxPerftestLatency")}
-    assert set(rows) == {"tcp", "posix"}
+    rows = {r["transport"]: r for r in _rows(perflogs, "UcxPerftestLatency")}
+    assert set(rows) == {"tcp", "shm"}
     for tl, row in rows.items():
         assert row["buffer"] == "host" and row["result"] == "pass"
+        assert row["transport_used"] == tl  # from UCX's own lane report
+        assert row["ucx_tls"] == {"tcp": "tcp,self", "shm": "sm,self"}[tl]
         assert float(row["latency_8B_value"]) > 0 and row["latency_8B_unit"] == "us"
         assert float(row["latency_8B_ref"]) > 0, f"{tl} has no reference"
         assert float(row["msgrate_8B_value"]) > 0
         assert row["fabric_counters"].startswith("unavailable: no RDMA devices")
-    assert "UCX transport 'rc' is not available on this host" in out
-    assert "UCX transport 'ud' is not available on this host" in out
+    assert "ucx_rc is unavailable to UCX on local:default: ucx_rc needs UCX transport" in out
+    assert "ucx_ud is unavailable to UCX on local:default" in out
     if not Path("/dev/nvidia0").exists():
         assert "no GPU: this host has no NVIDIA GPU" in out
 
@@ -74,13 +76,13 @@ def test_perftest_is_skipped_for_lack_of_a_device(tmp_path):
 def test_probe_checks_write_perflogs_with_references_and_counters(tmp_path):
     perflogs = tmp_path / "perflogs"
     proc = run_reframe(
-        "-r", "-p", "openmpi", "-n", "Streams%placement=pair$", "-n", "StreamsFanIn",
-        "-n", "Matmul%mode=nonblocking%matrix_size=512%ranks=2",
-        "-n", "TailLatency%case=allreduce:default", perflog_dir=perflogs, cwd=tmp_path)
+        "-r", "-p", "openmpi", "-n", "Streams%.*layout=pair$", "-n", "StreamsFanIn",
+        "-n", "Matmul%.*mode=nonblocking%matrix_size=512%ranks=2",
+        "-n", "TailLatency%.*case=allreduce:default", perflog_dir=perflogs, cwd=tmp_path)
     out = _out(proc)
     assert proc.returncode == 0, out[-4000:]
     (pair,) = _rows(perflogs, "Streams")
-    assert pair["placement"] == "pair" and float(pair["rate_min_value"]) > 0
+    assert pair["layout"] == "pair" and float(pair["rate_min_value"]) > 0
     assert float(pair["rate_min_ref"]) > 0 and pair["loss_rate_value"] == "0.0"
     (fanin,) = _rows(perflogs, "StreamsFanIn")
     assert float(fanin["fanin_share_value"]) > 0 and float(fanin["fanin_share_ref"]) == 1.0
@@ -92,6 +94,8 @@ def test_probe_checks_write_perflogs_with_references_and_counters(tmp_path):
     for row in (pair, fanin, mm, tail):
         assert row["fabric_counters"].startswith("unavailable: "), row["fabric_counters"]
         assert row["mpi"] == "openmpi" and row["provider"] == "fabreg-probes"
+        assert row["transport"] == "shm" and row["nodes"] == "1"
+        assert row["transport_used"] == "shm", row["transport_used"]
     # The tail check keeps every repeat's output next to the job's own.
     kept = list((tmp_path / "output").rglob("tail_run1.out"))
     assert kept, "tail_run1.out not kept"
@@ -100,7 +104,7 @@ def test_probe_checks_write_perflogs_with_references_and_counters(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not have("mpicc.mpich"), reason="MPICH is not installed")
 def test_matmul_check_fails_on_a_wrong_answer(tmp_path):
-    proc = run_reframe("-r", "-p", "mpich", "-n", "Matmul%mode=blocking%matrix_size=512%ranks=2",
+    proc = run_reframe("-r", "-p", "mpich", "-n", "Matmul%.*mode=blocking%matrix_size=512%ranks=2",
                        "-S", "corrupt=true", perflog_dir=tmp_path / "p", cwd=tmp_path)
     out = _out(proc)
     assert proc.returncode != 0

@@ -15,7 +15,6 @@ import pytest
 
 from fabreg.parsers.perftest import failure_reason as perftest_failure
 from fabreg.parsers.perftest import no_device_reason, parse_perftest
-from fabreg.parsers.ucx_info import offers, transports
 from fabreg.parsers.ucx_perftest import (
     UcxPerftestError,
     failure_reason,
@@ -81,22 +80,6 @@ def test_ucx_perftest_header_only_is_a_failure():
 def test_ucx_perftest_generic_error_is_reported():
     text = "[1.0] [vm:1:0] perftest.c:1  UCX  ERROR something odd happened\n"
     assert failure_reason(text) == "ucx_perftest failed: something odd happened"
-
-
-# --- ucx_info -------------------------------------------------------------
-
-def test_ucx_info_transports(golden):
-    tls = transports(_read(golden, "ucx_perftest-1.13/ucx_info-d-transports.txt"))
-    assert tls["tcp"] == ["br0", "lo", "eth0"]
-    assert set(tls) == {"self", "tcp", "sysv", "posix", "cma"}
-    assert offers(tls, "tcp") and offers(tls, "posix") and offers(tls, "sm")
-    assert not offers(tls, "rc") and not offers(tls, "ud")
-
-
-def test_ucx_info_aliases():
-    tls = {"rc_verbs": ["mlx5_0:1"], "ud_mlx5": ["mlx5_0:1"], "tcp": ["eth0"]}
-    assert offers(tls, "rc") and offers(tls, "ud")
-    assert not offers(tls, "dc") and not offers(tls, "sm")
 
 
 # --- perftest -------------------------------------------------------------

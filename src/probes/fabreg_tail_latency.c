@@ -2,8 +2,10 @@
  * fabreg_tail_latency: per-iteration latency of allreduce or alltoall, quiet and
  * under background traffic on the same nodes and links, in one run.
  *
- * The ranks are split: the last 2*B ranks form B background pairs that stream
- * large messages both ways; the others form the measured communicator. The
+ * The ranks are split: the last 2*B ranks (with -I: the odd ranks, so that on
+ * several nodes each node has measured and background ranks and every
+ * background pair spans two nodes) form B background pairs that stream large
+ * messages both ways; the others form the measured communicator. The
  * measurement alternates blocks of iterations with the background off (its
  * ranks sleep) and on (its ranks stream in bursts: each round of large messages
  * is followed by a pause, so traffic fills -D percent of the time, default 25),
@@ -40,7 +42,7 @@ enum phase { OFF = 0, ON = 1, STOP = 2 };
 struct options {
     int alltoall;
     long size;
-    int iterations, warmup, blocks, bg_pairs, bg_window, duty;
+    int iterations, warmup, blocks, bg_pairs, bg_window, duty, interleave;
     long bg_size;
 };
 
@@ -56,13 +58,14 @@ static int parse_options(int argc, char **argv, struct options *o, int quiet)
         {"background-size", required_argument, 0, 'B'},
         {"background-window", required_argument, 0, 'W'},
         {"background-duty", required_argument, 0, 'D'},
+        {"interleave", no_argument, 0, 'I'},
         {0, 0, 0, 0},
     };
     int c;
     if (quiet) opterr = 0;
     o->alltoall = 0; o->size = 8; o->iterations = 1000; o->warmup = 100; o->blocks = 5;
-    o->bg_pairs = 0; o->bg_size = 1 << 20; o->bg_window = 4; o->duty = 25;
-    while ((c = getopt_long(argc, argv, "o:s:i:x:k:b:B:W:D:", longopts, NULL)) != -1) {
+    o->bg_pairs = 0; o->bg_size = 1 << 20; o->bg_window = 4; o->duty = 25; o->interleave = 0;
+    while ((c = getopt_long(argc, argv, "o:s:i:x:k:b:B:W:D:I", longopts, NULL)) != -1) {
         switch (c) {
         case 'o':
             if (!strcmp(optarg, "allreduce")) o->alltoall = 0;
@@ -82,11 +85,12 @@ static int parse_options(int argc, char **argv, struct options *o, int quiet)
         case 'B': o->bg_size = atol(optarg); break;
         case 'W': o->bg_window = atoi(optarg); break;
         case 'D': o->duty = atoi(optarg); break;
+        case 'I': o->interleave = 1; break;
         default:
             if (!quiet)
                 fprintf(stderr, "usage: %s [-o allreduce|alltoall] [-s bytes] [-i iterations] "
                         "[-x warmup] [-k blocks] [-b background_pairs] [-B background_bytes] "
-                        "[-W background_window] [-D background_duty_percent]\n", argv[0]);
+                        "[-W background_window] [-D background_duty_percent] [-I]\n", argv[0]);
             return 1;
         }
     }
@@ -182,15 +186,23 @@ static long background(const struct options *o, int me, int partner, int leader)
     return rounds;
 }
 
+/* World rank of the i-th background rank: the last ones, or with -I the odd ones. */
+static int background_rank(const struct options *o, int measured, int i)
+{
+    return o->interleave ? 2 * i + 1 : measured + i;
+}
+
 /* World rank 0 switches every background pair and waits until each has switched. */
-static void set_background(int phase, int measured, int pairs)
+static void set_background(const struct options *o, int phase, int measured)
 {
     int p, ack;
-    for (p = 0; p < pairs; p++)
-        MPI_Send(&phase, 1, MPI_INT, measured + 2 * p, TAG_PHASE, MPI_COMM_WORLD);
+    for (p = 0; p < o->bg_pairs; p++)
+        MPI_Send(&phase, 1, MPI_INT, background_rank(o, measured, 2 * p), TAG_PHASE,
+                 MPI_COMM_WORLD);
     if (phase == STOP) return;
-    for (p = 0; p < pairs; p++)
-        MPI_Recv(&ack, 1, MPI_INT, measured + 2 * p, TAG_ACK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    for (p = 0; p < o->bg_pairs; p++)
+        MPI_Recv(&ack, 1, MPI_INT, background_rank(o, measured, 2 * p), TAG_ACK,
+                 MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -257,7 +269,15 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
-    color = rank < measured ? 0 : 1;
+    if (o.interleave && (nranks % 2 || nranks / 2 != 2 * o.bg_pairs)) {
+        if (rank == 0)
+            fprintf(stderr, "fabreg_tail_latency: -I needs every odd rank in a background "
+                    "pair: %d ranks, so %d background pairs, not %d\n", nranks, nranks / 4,
+                    o.bg_pairs);
+        MPI_Finalize();
+        return 2;
+    }
+    color = o.interleave ? rank % 2 : rank >= measured;
     MPI_Comm_split(MPI_COMM_WORLD, color, rank, &comm);
 
     if (color == 0) {
@@ -277,13 +297,13 @@ int main(int argc, char **argv)
         for (i = 0; i < o.warmup; i++) one_iteration(&o, comm, &buf);
         for (b = 0; b < o.blocks * phases; b++) {
             int on = phases == 2 && b % 2 == 1;
-            if (phases == 2 && rank == 0) set_background(on ? ON : OFF, measured, o.bg_pairs);
+            if (phases == 2 && rank == 0) set_background(&o, on ? ON : OFF, measured);
             for (i = 0; i < per_block; i++) {
                 double t = one_iteration(&o, comm, &buf);
                 if (on) loaded[nl++] = t; else quiet[nq++] = t;
             }
         }
-        if (rank == 0 && o.bg_pairs > 0) set_background(STOP, measured, o.bg_pairs);
+        if (rank == 0 && o.bg_pairs > 0) set_background(&o, STOP, measured);
         if (rank == 0) {
             quiet_max = malloc(sizeof(double) * nq);
             loaded_max = malloc(sizeof(double) * (nl > 0 ? nl : 1));
@@ -304,8 +324,10 @@ int main(int argc, char **argv)
         }
         free(buf.s); free(buf.r); free(quiet); free(loaded); free(quiet_max); free(loaded_max);
     } else {
-        int leader = (rank - measured) % 2 == 0;
-        rounds = background(&o, rank, leader ? rank + 1 : rank - 1, leader);
+        int index = o.interleave ? rank / 2 : rank - measured;  /* among background ranks */
+        int leader = index % 2 == 0;
+        int partner = background_rank(&o, measured, leader ? index + 1 : index - 1);
+        rounds = background(&o, rank, partner, leader);
         if (!leader) rounds = 0;  /* count each pair's rounds once */
         MPI_Reduce(&rounds, &total_rounds, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
     }

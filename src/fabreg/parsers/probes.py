@@ -70,6 +70,8 @@ def parse_block(text: str, probe: str) -> ProbeBlock:
             block.summary = {k: _number(v) for k, v in _KV.findall(m["rest"])}
             block.complete = True
             break
+        if line.startswith("["):  # MPI/UCX log lines ("[host:pid] ...") between rows
+            continue
         if line.startswith("#"):
             if not block.columns:
                 block.columns = line.lstrip("#").split()

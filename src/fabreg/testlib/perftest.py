@@ -24,7 +24,8 @@ from fabreg.metrics import perfvar_name
 from fabreg.parsers.perftest import PerftestTable, failure_reason, no_device_reason, parse_perftest
 from fabreg.testlib import client_server
 from fabreg.testlib.counters import FabricCounters
-from fabreg.testlib.workloads import apply_references, free_port
+from fabreg.testlib.references import ReferenceKeys, ReferencesMixin
+from fabreg.testlib.workloads import free_port
 
 KB, MB = 1 << 10, 1 << 20
 #: ``-a`` runs every power of two from 2 B to 8 MiB.
@@ -39,7 +40,7 @@ def no_rdma_device_reason(ib_root: Path = SYSFS_INFINIBAND) -> str | None:
             "(perftest needs an InfiniBand/RoCE device and its driver)")
 
 
-class PerftestCheck(FabricCounters, rfm.RunOnlyRegressionTest):
+class PerftestCheck(FabricCounters, ReferencesMixin, rfm.RunOnlyRegressionTest):
     """One perftest benchmark over the full size sweep."""
 
     #: perftest program, e.g. ``ib_write_bw`` (perflog column).
@@ -95,11 +96,11 @@ class PerftestCheck(FabricCounters, rfm.RunOnlyRegressionTest):
             opts += ["-q", str(self.qps), "-l", str(self.post_list)]
         return opts
 
-    @run_after("setup")
-    def set_references(self) -> None:
-        apply_references(self, self.benchmark, {
-            name: (metric, size) for name, (metric, size, _, _) in self.wanted().items()
-        }, nodes=self.num_nodes)
+    def reference_keys(self) -> ReferenceKeys:
+        """Every figure at a chosen size needs a reference; the message rate may have one."""
+        return {name: ({"benchmark": self.benchmark, "metric": metric, "size": size,
+                        "nodes": self.num_nodes}, metric != "msgrate")
+                for name, (metric, size, _, _) in self.wanted().items()}
 
     @run_before("run")
     def write_script(self) -> None:

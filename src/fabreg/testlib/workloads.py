@@ -2,8 +2,8 @@
 
 - ``WorkloadProbes``: fixture that builds fabreg's workload probes (src/probes/fabreg_*.c)
   once per environment, with the environment's MPI compiler wrapper;
-- ``ProbeCheck``: an MPI check that runs one of those probes, with fabric counters;
-- ``apply_references``: performance references from ``checks/references/<system>.yaml``;
+- ``ProbeCheck``: an MPI check (transport x nodes matrix) that runs one of those probes,
+  with fabric counters and references;
 - ``launcher_argv``: the launcher command for an extra launch inside the same job.
 """
 
@@ -20,9 +20,9 @@ from reframe.core.exceptions import ReframeError
 
 from fabreg import providers
 from fabreg.errors import FabregError
-from fabreg.references import ReferenceTable, reference_file
 from fabreg.testlib.counters import FabricCounters
 from fabreg.testlib.mpi import MpiCheck, unavailable_reason
+from fabreg.testlib.references import ReferenceKeys, ReferencesMixin
 
 PROBES = ("fabreg_streams", "fabreg_tail_latency", "fabreg_matmul")
 
@@ -53,28 +53,6 @@ class WorkloadProbes(rfm.CompileOnlyRegressionTest):
         return str(Path(self.stagedir, probe))
 
 
-def apply_references(check: Any, benchmark: str, wanted: dict[str, tuple[str, int | None]],
-                     **key: Any) -> None:
-    """Set ``check.reference`` for perf variables: name -> (metric, size) rows in the YAML.
-
-    ``key`` adds row fields (``mpi``, ``transport``, ``nodes``) to match on.
-    """
-    path = reference_file(check.prefix, check.current_system.name)
-    if not path.is_file():
-        return
-    try:
-        table = ReferenceTable.load(path)
-    except FabregError as err:
-        raise ReframeError(str(err)) from None
-    refs = {}
-    for name, (metric, size) in wanted.items():
-        ref = table.lookup(benchmark=benchmark, metric=metric, size=size, **key)
-        if ref is not None:
-            refs[name] = ref.reframe_tuple()
-    if refs:
-        check.reference = {"*": refs}
-
-
 def free_port() -> int:
     """A TCP port nobody listens on right now (for a benchmark server)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -102,8 +80,13 @@ def launcher_argv(check: Any, num_tasks: int) -> list[str]:
                        "give the environment a 'launcher' in its extras")
 
 
-class ProbeCheck(FabricCounters, MpiCheck):
-    """An MPI check that runs one of fabreg's workload probes."""
+class ProbeCheck(FabricCounters, MpiCheck, ReferencesMixin):
+    """An MPI check that runs one of fabreg's workload probes.
+
+    Subclasses give ``placement()`` (nodes, ranks per node) for each ``nodes``
+    value they accept, mark the others impossible with ``impossible()`` at init,
+    and list their references in ``references_wanted()``.
+    """
 
     #: The probe (perflog column), e.g. ``fabreg_streams``.
     benchmark = variable(str, loggable=True)
@@ -114,8 +97,26 @@ class ProbeCheck(FabricCounters, MpiCheck):
 
     time_limit = "5m"
 
+    def impossible(self) -> None:
+        """Drop this test case everywhere (a combination that cannot exist, not a skip)."""
+        self.valid_systems = []
+
     def probe_path(self) -> str:
         return self.workload_probes.path_of(self.benchmark)
+
+    def reference_benchmark(self) -> str:
+        """The ``benchmark`` of this check's rows in ``checks/references/<system>.yaml``."""
+        return self.benchmark
+
+    def references_wanted(self) -> dict[str, tuple[str, int | None, bool]]:
+        """perf variable -> (metric, size, required in acceptance mode)."""
+        return {}
+
+    def reference_keys(self) -> ReferenceKeys:
+        common = {"benchmark": self.reference_benchmark(), "mpi": self.mpi,
+                  "transport": self.transport, "nodes": self.nodes}
+        return {var: ({**common, "metric": metric, "size": size}, required)
+                for var, (metric, size, required) in self.references_wanted().items()}
 
     @run_after("setup")
     def allow_oversubscription(self) -> None:
