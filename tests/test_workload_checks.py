@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from conftest import have, run_reframe
+from test_matrix_reframe import derived_config
 
 WORKLOAD_CHECKS = ["UcxPerftestLatency", "UcxPerftestBandwidth", "IbWriteBw", "IbReadBw",
                    "IbSendBw", "IbWriteLat", "IbReadLat", "IbSendLat", "Streams",
@@ -28,6 +30,33 @@ def test_workload_checks_are_listed(tmp_path):
     assert proc.returncode == 0, _out(proc)
     listed = {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("- ")}
     assert set(WORKLOAD_CHECKS) <= listed
+
+
+_PROBE_CASE = re.compile(r"^- (?P<name>Streams|StreamsFanIn|TailLatency|Matmul) "
+                         r"%transport=(?P<transport>\w+) %nodes=(?P<nodes>\d+)(?P<rest>.*) /\w+$")
+
+
+def test_four_node_partition_places_probes_sensibly(tmp_path):
+    """Across nodes: cross pairs and interleaved tail latency on even node counts, fan-in on
+    one node only, matmul with the same ranks on every node; shm only on one node."""
+    config = derived_config(tmp_path, {"max_nodes": 4})
+    proc = run_reframe("-l", "--tag", "workload", config=config, perflog_dir=tmp_path / "p",
+                       cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, _out(proc)
+    cases: dict[str, set[tuple[str, int, str]]] = {}
+    for line in proc.stdout.splitlines():
+        if m := _PROBE_CASE.match(line.strip()):
+            cases.setdefault(m["name"], set()).add(
+                (m["transport"], int(m["nodes"]), m["rest"].strip()))
+    assert {(n, r) for t, n, r in cases["Streams"]} == {
+        (1, "%layout=pair"), (1, "%layout=pairs"), (2, "%layout=cross"), (4, "%layout=cross")}
+    assert {n for _, n, _ in cases["StreamsFanIn"]} == {1}
+    assert {n for _, n, _ in cases["TailLatency"]} == {1, 2, 4}
+    matmul = {(n, r.split("%ranks=")[1]) for _, n, r in cases["Matmul"]}
+    assert matmul == {(1, "2"), (1, "4"), (2, "2"), (2, "4"), (4, "4")}
+    for name, found in cases.items():
+        for transport, nodes, _ in found:
+            assert (transport == "shm") == (nodes == 1), (name, transport, nodes)
 
 
 @pytest.mark.slow
