@@ -190,14 +190,20 @@ def test_tail_latency_needs_two_measured_ranks(build):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["blocking", "nonblocking"])
 def test_matmul_phases_and_answer(build, mode):
-    result = parse_matmul(build("fabreg_matmul").run(2, "-n", "1024", "-m", mode).stdout)
-    assert result.verified and result.mode == mode and result.ranks == 2
-    expected = {"blocking": ["bcast", "scatter", "compute", "gather"],
-                "nonblocking": ["distribute", "compute", "gather"]}[mode]
-    assert list(result.phases) == expected
-    assert result.phase_sum_s == pytest.approx(result.total_s, rel=0.05)
-    assert 0 < result.comm_fraction < 1
-    assert result.comm_s + result.compute_s == pytest.approx(result.phase_sum_s, rel=1e-3)
+    """The phases add up to the separately measured total within 5 % (median of 3 runs:
+    a rank descheduled by other work on a shared host is time rank 0 cannot see)."""
+    gaps = []
+    for _ in range(3):
+        result = parse_matmul(build("fabreg_matmul").run(2, "-n", "1024", "-m", mode).stdout)
+        assert result.verified and result.mode == mode and result.ranks == 2
+        expected = {"blocking": ["bcast", "scatter", "compute", "gather"],
+                    "nonblocking": ["distribute", "compute", "gather"]}[mode]
+        assert list(result.phases) == expected
+        assert 0 < result.comm_fraction < 1
+        assert result.comm_s + result.compute_s == pytest.approx(result.phase_sum_s, rel=1e-3)
+        assert result.phase_sum_s <= result.total_s * 1.001  # phases lie inside the total
+        gaps.append(abs(result.total_s - result.phase_sum_s) / result.total_s)
+    assert sorted(gaps)[1] <= 0.05, gaps
 
 
 @pytest.mark.slow
