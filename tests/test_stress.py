@@ -95,6 +95,23 @@ def test_log_reader_tolerates_a_line_being_written(tmp_path):
         stress.read_samples(log)
 
 
+def test_exposition_of_the_latest_window(tmp_path):
+    assert stress.exposition(tmp_path) == []
+    run = stress.StressRun(mode="local", started=0, deadline=1, duration=1, ranks=2, size=8,
+                           ops=["allreduce"], mpi="openmpi", log=str(tmp_path / "latency.jsonl"),
+                           out=str(tmp_path / "o"), command=[], pid=None, pid_start=None)
+    run.save(tmp_path)
+    rows = [{"time": t, "op": "allreduce", "size": 8, "ranks": 2, "window_s": 1.0,
+             "iterations": 3, "p50_us": p, "p99_us": 2 * p, "max_us": 3 * p, "mean_us": p}
+            for t, p in ((1.0, 10.0), (2.0, 20.0))]
+    (tmp_path / "latency.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = "\n".join(stress.exposition(tmp_path))
+    assert "fabreg_stress_running 0" in text
+    assert 'fabreg_stress_latency_us{op="allreduce",size="8",ranks="2",quantile="0.5"} 20.0' in text
+    assert 'quantile="0.99"} 40.0' in text and 'quantile="1"} 60.0' in text
+    assert 'fabreg_stress_window_timestamp_seconds{op="allreduce"} 2.0' in text
+
+
 def test_sbatch_call_is_bounded_by_its_time_limit(tmp_path):
     argv = stress.sbatch_argv(["mpirun", "-np", "4", "/x/fabreg_stress", "-t", "600"],
                               600, 4, 2, "fabric", tmp_path / "stress.out")

@@ -409,3 +409,34 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         pass
+
+
+def exposition(state_dir: Path) -> list[str]:
+    """Prometheus text lines for the newest stress window (for ``fabreg serve-metrics``).
+
+    ``fabreg_stress_running`` (1/0) and, per collective, ``fabreg_stress_latency_us``
+    with ``quantile`` 0.5, 0.99 and 1 (the maximum), plus the window's time. Empty
+    when no run was ever recorded there.
+    """
+    status = get_status(state_dir)
+    if status.run is None:
+        return []
+    lines = [
+        "# HELP fabreg_stress_running 1 while a fabreg stress run is going.",
+        "# TYPE fabreg_stress_running gauge",
+        f"fabreg_stress_running {int(status.running)}",
+    ]
+    if status.latest:
+        lines += ["# HELP fabreg_stress_latency_us Call latency of the stress traffic over "
+                  "its latest window, microseconds.",
+                  "# TYPE fabreg_stress_latency_us gauge"]
+        for op, s in sorted(status.latest.items()):
+            labels = f'op="{op}",size="{s.size}",ranks="{s.ranks}"'
+            for quantile, value in (("0.5", s.p50_us), ("0.99", s.p99_us), ("1", s.max_us)):
+                lines.append(f'fabreg_stress_latency_us{{{labels},quantile="{quantile}"}} '
+                             f"{value!r}")
+        lines += ["# HELP fabreg_stress_window_timestamp_seconds End of the latest window.",
+                  "# TYPE fabreg_stress_window_timestamp_seconds gauge"]
+        for op, s in sorted(status.latest.items()):
+            lines.append(f'fabreg_stress_window_timestamp_seconds{{op="{op}"}} {s.time!r}')
+    return lines
