@@ -57,6 +57,15 @@ def test_four_node_partition_places_probes_sensibly(tmp_path):
     for name, found in cases.items():
         for transport, nodes, _ in found:
             assert (transport == "shm") == (nodes == 1), (name, transport, nodes)
+    # Server + client benchmarks: one node or two, never shared memory across nodes.
+    ucx = re.findall(r"^- UcxPerftestLatency %nodes=(\d) %ucx_test=tag_lat %transport=(\w+) "
+                     r"%buffer=host", proc.stdout, re.MULTILINE)
+    assert {(int(n), t) for n, t in ucx} == {
+        (n, t) for n in (1, 2) for t in ("ucx_rc", "ucx_ud", "ucx_dc", "tcp", "shm")
+        if not (t == "shm" and n == 2)}
+    proc = run_reframe("-l", "-n", "IbWriteLat", config=config, perflog_dir=tmp_path / "p",
+                       cwd=tmp_path, timeout=300)
+    assert set(re.findall(r"^- IbWriteLat %nodes=(\d)", proc.stdout, re.MULTILINE)) == {"1", "2"}
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ import reframe as rfm
 import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
 from reframe.core.backends import getlauncher
-from reframe.core.builtins import run_after, run_before, sanity_function, variable
+from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
 
 from fabreg.counters import SYSFS_INFINIBAND, rdma_devices
@@ -24,8 +24,9 @@ from fabreg.metrics import perfvar_name
 from fabreg.parsers.perftest import PerftestTable, failure_reason, no_device_reason, parse_perftest
 from fabreg.testlib import client_server
 from fabreg.testlib.counters import FabricCounters
+from fabreg.testlib.mpi import node_counts
 from fabreg.testlib.references import ReferenceKeys, ReferencesMixin
-from fabreg.testlib.workloads import free_port
+from fabreg.testlib.workloads import free_port, restrict_to_nodes
 
 KB, MB = 1 << 10, 1 << 20
 #: ``-a`` runs every power of two from 2 B to 8 MiB.
@@ -45,7 +46,8 @@ class PerftestCheck(FabricCounters, ReferencesMixin, rfm.RunOnlyRegressionTest):
 
     #: perftest program, e.g. ``ib_write_bw`` (perflog column).
     benchmark = variable(str, loggable=True)
-    num_nodes = variable(int, value=1, loggable=True)
+    #: Server and client on one node (RDMA loopback) or on two nodes.
+    nodes = parameter([n for n in node_counts() if n <= 2])
     #: Sizes that become performance variables.
     perf_sizes = variable(list, value=[], loggable=False)
     iterations = variable(int, value=1000, loggable=True)
@@ -67,8 +69,8 @@ class PerftestCheck(FabricCounters, ReferencesMixin, rfm.RunOnlyRegressionTest):
 
     @run_after("init")
     def set_tasks(self) -> None:
-        self.num_tasks = self.num_nodes
-        self.num_tasks_per_node = 1
+        restrict_to_nodes(self, self.nodes)
+        self.num_tasks, self.num_tasks_per_node = self.nodes, 1
 
     def is_local(self) -> bool:
         return self.current_partition.scheduler.registered_name == "local"
@@ -99,14 +101,14 @@ class PerftestCheck(FabricCounters, ReferencesMixin, rfm.RunOnlyRegressionTest):
     def reference_keys(self) -> ReferenceKeys:
         """Every figure at a chosen size needs a reference; the message rate may have one."""
         return {name: ({"benchmark": self.benchmark, "metric": metric, "size": size,
-                        "nodes": self.num_nodes}, metric != "msgrate")
+                        "nodes": self.nodes}, metric != "msgrate")
                 for name, (metric, size, _, _) in self.wanted().items()}
 
     @run_before("run")
     def write_script(self) -> None:
         port = str(free_port())
         server = [self.benchmark, *self.options(), "-p", port]
-        text = client_server.script(server, [*server, "{server_host}"], nodes=self.num_nodes)
+        text = client_server.script(server, [*server, "{server_host}"], nodes=self.nodes)
         Path(self.stagedir, client_server.SCRIPT).write_text(text)
         self.job.launcher = getlauncher("local")()
         self.keep_files = [*self.keep_files, client_server.SERVER_OUT, TABLE]

@@ -19,7 +19,7 @@ from pathlib import Path
 import reframe as rfm
 import reframe.utility.sanity as sn
 from reframe.core.backends import getlauncher
-from reframe.core.builtins import run_after, run_before, sanity_function, variable
+from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import ReframeError, SanityError
 
 from fabreg import gpu
@@ -30,8 +30,9 @@ from fabreg.parsers.transport_log import ucx_lanes
 from fabreg.parsers.ucx_perftest import UcxPerftestError, UcxPerftestResult, parse_ucx_perftest
 from fabreg.testlib import client_server
 from fabreg.testlib.counters import FabricCounters
+from fabreg.testlib.mpi import node_counts
 from fabreg.testlib.references import ReferenceKeys, ReferencesMixin
-from fabreg.testlib.workloads import free_port
+from fabreg.testlib.workloads import free_port, restrict_to_nodes
 
 #: fabreg transports UCX can carry (everything but Open MPI's own tcp_ob1).
 UCX_TRANSPORTS = [t for t in tx.TRANSPORTS if t != "tcp_ob1"]
@@ -42,21 +43,32 @@ class UcxPerftestCheck(FabricCounters, ReferencesMixin, rfm.RunOnlyRegressionTes
 
     # Subclasses define the parameters ``ucx_test`` (``-t``), ``transport`` and
     # ``buffer`` (``host``/``cuda``, ``-m``).
+
+    #: Server and client on one node (loopback / shared memory) or on two nodes.
+    nodes = parameter([n for n in node_counts() if n <= 2])
+
     message_size = variable(int, loggable=True)
     iterations = variable(int, value=2000, loggable=True)
     #: "latency" for ping-pong tests, "overhead" for streaming ones (the perf variable names).
     time_metric = variable(str, value="latency", loggable=False)
     benchmark = variable(str, value="ucx_perftest", loggable=True)
-    num_nodes = variable(int, value=1, loggable=True)
     #: The UCX_TLS the run used, and the lanes UCX reported (perflog columns).
     ucx_tls = variable(str, value="", loggable=True)
     transport_used = variable(str, value="", loggable=True)
 
     valid_systems = ["*"]
     valid_prog_environs = ["builtin"]
-    num_tasks = 1
     time_limit = "5m"
     executable = f"bash {client_server.SCRIPT}"
+
+    @run_after("init")
+    def place(self) -> None:
+        """One task per node; shared memory exists only within one node."""
+        if self.transport == "shm" and self.nodes > 1:
+            self.valid_systems = []
+            return
+        restrict_to_nodes(self, self.nodes)
+        self.num_tasks, self.num_tasks_per_node = self.nodes, 1
 
     def is_local(self) -> bool:
         return self.current_partition.scheduler.registered_name == "local"
@@ -95,7 +107,7 @@ class UcxPerftestCheck(FabricCounters, ReferencesMixin, rfm.RunOnlyRegressionTes
             client += ["-m", f"{self.buffer},{self.buffer}"]
         # Only the client reports its lanes (its output is the job's stdout).
         client = ["env", "UCX_LOG_LEVEL=info", *client]
-        text = client_server.script(["ucx_perftest", "-p", port], client, nodes=self.num_nodes)
+        text = client_server.script(["ucx_perftest", "-p", port], client, nodes=self.nodes)
         Path(self.stagedir, client_server.SCRIPT).write_text(text)
         self.env_vars["UCX_TLS"] = self.ucx_tls
         self.job.launcher = getlauncher("local")()
@@ -136,7 +148,7 @@ class UcxPerftestCheck(FabricCounters, ReferencesMixin, rfm.RunOnlyRegressionTes
 
     def reference_keys(self) -> ReferenceKeys:
         common = {"benchmark": f"ucx_perftest_{self.ucx_test}", "transport": self.transport,
-                  "nodes": self.num_nodes, "size": self.message_size}
+                  "nodes": self.nodes, "size": self.message_size}
         metrics = [self.time_metric, f"{self.time_metric}_avg", "bandwidth", "msgrate"]
         # The headline figure (p50 latency, or bandwidth for streaming tests) is required.
         headline = 0 if self.time_metric == "latency" else 2

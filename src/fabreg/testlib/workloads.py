@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import reframe as rfm
+import reframe.core.runtime as rt
 from reframe.core.builtins import fixture, run_after, run_before, sanity_function, variable
-from reframe.core.exceptions import ReframeError
+from reframe.core.exceptions import ReframeError, ReframeFatalError
 
 from fabreg import providers
 from fabreg.errors import FabregError
 from fabreg.testlib.counters import FabricCounters
-from fabreg.testlib.mpi import MpiCheck, unavailable_reason
+from fabreg.testlib.mpi import MpiCheck, max_nodes, unavailable_reason
 from fabreg.testlib.references import ReferenceKeys, ReferencesMixin
 
 PROBES = ("fabreg_streams", "fabreg_tail_latency", "fabreg_matmul")
@@ -51,6 +52,18 @@ class WorkloadProbes(rfm.CompileOnlyRegressionTest):
 
     def path_of(self, probe: str) -> str:
         return str(Path(self.stagedir, probe))
+
+
+def restrict_to_nodes(check: Any, nodes: int) -> None:
+    """Keep only the partitions that give one job ``nodes`` nodes (for checks without MPI).
+
+    Outside a ReFrame session (unit tests) nothing changes.
+    """
+    try:
+        allowed = rt.valid_sysenv_comb(check.valid_systems, check.valid_prog_environs)
+    except ReframeFatalError:
+        return
+    check.valid_systems = [p.fullname for p in allowed if max_nodes(p) >= nodes]
 
 
 def free_port() -> int:
