@@ -52,18 +52,18 @@ class _CollectiveDevice(OsuCollective):
 
 
 @rfm.simple_test
-class OsuLatencyDevice(_PointToPointDevice):
+class GpuOsuLatency(_PointToPointDevice):
     benchmark = "osu_latency"
     tags = {"osu", "gpu"}
 
 
 @rfm.simple_test
-class OsuBandwidthDevice(_PointToPointDevice):
+class GpuOsuBandwidth(_PointToPointDevice):
     benchmark = "osu_bw"
     tags = {"osu", "gpu"}
 
 
 @rfm.simple_test
-class OsuAllreduceDevice(_CollectiveDevice):
+class GpuOsuAllreduce(_CollectiveDevice):
     benchmark = "osu_allreduce"
     tags = {"osu", "gpu"}

@@ -11,8 +11,8 @@ from test_matrix_reframe import derived_config
 
 WORKLOAD_CHECKS = ["UcxPerftestLatency", "UcxPerftestBandwidth", "IbWriteBw", "IbReadBw",
                    "IbSendBw", "IbWriteLat", "IbReadLat", "IbSendLat", "Streams",
-                   "StreamsFanIn", "TailLatency", "Matmul", "OsuLatencyDevice",
-                   "OsuBandwidthDevice", "OsuAllreduceDevice"]
+                   "StreamsFanIn", "TailLatency", "Matmul", "GpuOsuLatency",
+                   "GpuOsuBandwidth", "GpuOsuAllreduce"]
 
 
 def _rows(perflogs: Path, check: str) -> list[dict[str, str]]:
