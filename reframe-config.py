@@ -147,7 +147,8 @@ site_configuration = {
                     'descr': 'All cores of this host',
                     'scheduler': 'local',
                     'launcher': 'local',
-                    'environs': ['openmpi', 'mpich', 'mvapich2'],
+                    # builtin: checks without MPI (perftest, ucx_perftest).
+                    'environs': ['openmpi', 'mpich', 'mvapich2', 'builtin'],
                     # Benchmarks must not share the host with each other.
                     'max_jobs': 1,
                     'extras': {

@@ -106,6 +106,40 @@ def test_serve_metrics_on_loopback(store_db: Path, tmp_path: Path):
         proc.wait(timeout=30)
 
 
+def test_serve_metrics_includes_stress_latencies(store_db: Path, tmp_path: Path):
+    """`fabreg stress` writes latency.jsonl (docs/workloads.md); serve-metrics exposes it."""
+    state = tmp_path / "stress"
+    state.mkdir()
+    (state / "state.json").write_text(json.dumps({
+        "mode": "local", "started": 1.0, "deadline": 2.0, "duration": 1.0, "ranks": 2,
+        "size": 4194304, "ops": ["allreduce"], "mpi": "openmpi",
+        "log": str(state / "latency.jsonl"), "out": str(state / "stress.out"), "command": []}))
+    (state / "latency.jsonl").write_text(json.dumps({
+        "time": 2.0, "op": "allreduce", "size": 4194304, "ranks": 2, "window_s": 1.0,
+        "iterations": 9, "p50_us": 900.5, "p99_us": 1500.0, "max_us": 1600.0,
+        "mean_us": 950.0}) + "\n")
+    proc = subprocess.Popen([sys.executable, "-m", "fabreg.cli", "serve-metrics", "--port", "0",
+                             "--db", str(store_db), "--stress-dir", str(state)],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        match = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", proc.stderr.readline())
+        assert match
+        url = f"http://127.0.0.1:{match.group(1)}/metrics"
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            body = resp.read().decode()
+        assert "fabreg_stress_running 0" in body
+        assert ('fabreg_stress_latency_us{op="allreduce",size="4194304",ranks="2",'
+                'quantile="0.99"} 1500.0') in body
+        assert "fabreg_latency_us{" in body  # the store's metrics are still there
+        if PROMTOOL:
+            proc_check = subprocess.run([PROMTOOL, "check", "metrics"], input=body,
+                                        capture_output=True, text=True)
+            assert proc_check.returncode in (0, 3), proc_check.stdout + proc_check.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def test_serve_metrics_without_store_fails_clearly(tmp_path: Path, run_fabreg):
     proc = run_fabreg("serve-metrics", "--port", "0", db=tmp_path / "none.db")
     assert proc.returncode == 2 and proc.stderr.startswith("fabreg: error: no store")

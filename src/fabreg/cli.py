@@ -23,6 +23,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fabreg.commands.compare",
     "fabreg.commands.report",
     "fabreg.commands.export",
+    # workloads (issue 6): fabric counters, bounded stress traffic
+    "fabreg.commands.counters",
+    "fabreg.commands.stress",
 )
 
 

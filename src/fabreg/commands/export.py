@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fabreg import export, trends
+from fabreg import export, stress, trends
 from fabreg.errors import FabregError
 from fabreg.store import Store, add_db_argument, db_path
 
@@ -28,6 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default %(default)s: this host only)")
     s.add_argument("--port", type=int, default=DEFAULT_PORT)
+    s.add_argument("--stress-dir", metavar="DIR",
+                   help="also serve the latest latencies of `fabreg stress` from DIR "
+                        "(default: its state directory, see docs/workloads.md)")
     add_db_argument(s)
     s.set_defaults(func=run_serve)
 
@@ -66,11 +69,15 @@ def _store_state(db: str | None) -> tuple:
 def run_serve(args: argparse.Namespace) -> int:
     cache: dict[str, object] = {"state": _store_state(args.db), "text": produce(args.db)}
 
+    stress_dir = Path(args.stress_dir) if args.stress_dir else stress.default_state_dir()
+
     def cached() -> str:
         state = _store_state(args.db)
         if state != cache["state"]:
             cache["text"], cache["state"] = produce(args.db), state
-        return str(cache["text"])
+        # Stress latencies change every window: read on every request, never cached.
+        live = stress.exposition(stress_dir)
+        return str(cache["text"]) + "".join(line + "\n" for line in live)
 
     try:
         server = export.MetricsServer(args.host, args.port, cached)
