@@ -34,6 +34,8 @@ REQUIRED_COLUMNS: tuple[str, ...] = ("job_completion_time", "name", "system", "p
 #: transport the MPI really used, the reference verdict...). Kept per run as attributes.
 NOT_PARAMETERS: frozenset[str] = frozenset({
     "hashcode", "tags", "transport_used", "ref_status", "deviation", "ref_notes",
+    # A new Spack build is an event in a series, not a new series (docs/spack.md).
+    "spack_spec", "spack_hash", "spack_lock",
 })
 #: The six columns ReFrame writes per performance variable, in order.
 PERFVAR_SUFFIXES: tuple[str, ...] = ("_value", "_unit", "_ref", "_lower_thres",
