@@ -12,7 +12,7 @@ Otava is a benchmark-only tool: it runs from its own virtualenv, never a depende
 of fabreg. Give its interpreter with OTAVA_PYTHON, or let this script create a venv
 (`--otava-venv DIR`, default under the temp dir) with `pip install apache-otava`.
 
-Usage: python ci/bench/trends_bench.py [--scales 1,2,4] [--no-otava] [--no-report]
+Usage: python ci/bench/trends_bench.py [--scales 1,2,4] [--repeat 3] [--no-otava] [--no-report]
 """
 
 from __future__ import annotations
@@ -196,13 +196,15 @@ def main() -> int:
     parser.add_argument("--otava-venv", default=os.path.join(tempfile.gettempdir(),
                                                              "fabreg-otava-venv"))
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs per scale; the fastest is shown (default %(default)s)")
     args = parser.parse_args()
     scales = [int(s) for s in args.scales.split(",")]
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="fabreg-bench-"))
     print(f"# fabreg trends benchmark: 365 nightly sessions x 1,000 series per 1x; "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
-    print("# wall = elapsed time; cpu = user+sys of the fabreg process (the machine is "
-          "shared: cpu is the steadier figure)")
+    print(f"# wall = elapsed time; cpu = user+sys of the fabreg process; best of "
+          f"{args.repeat} runs (the machine is shared: cpu is the steadier figure)")
     print(f"{'scale':>5} {'values':>9} {'ingest wall':>11} {'cpu':>6} {'trends wall':>11} "
           f"{'cpu':>6} {'total wall':>10} {'peak RSS':>9} {'wall/1k values':>15} "
           f"{'cpu/1k values':>14}")
@@ -214,12 +216,17 @@ def main() -> int:
         root = work / f"x{scale}"
         data = generate(root / "perflogs", partitions=scale, seed=scale)
         env = dict(os.environ, FABREG_DB=str(root / "fabreg.db"))
-        Path(env["FABREG_DB"]).unlink(missing_ok=True)
-        timer.lap()
-        t_ing, _, _ = fabreg(["ingest", "-q", str(root / "perflogs")], env)
-        c_ing, rss1 = timer.lap()
-        t_tr, _, out = fabreg(["trends", "--format", "json", "-q"], env)
-        c_tr, rss2 = timer.lap()
+        best = None
+        for _ in range(args.repeat):  # best of N: other jobs on a shared machine only add
+            Path(env["FABREG_DB"]).unlink(missing_ok=True)
+            timer.lap()
+            t_ing, _, _ = fabreg(["ingest", "-q", str(root / "perflogs")], env)
+            c_ing, rss1 = timer.lap()
+            t_tr, _, out = fabreg(["trends", "--format", "json", "-q"], env)
+            c_tr, rss2 = timer.lap()
+            if best is None or t_ing + t_tr < best[0] + best[2]:
+                best = (t_ing, c_ing, t_tr, c_tr, rss1, rss2, out)
+        t_ing, c_ing, t_tr, c_tr, rss1, rss2, out = best
         nvalues = sum(int((~np.isnan(t.values)).sum()) for t in data.series)
         wall, cpu = t_ing + t_tr, c_ing + c_tr
         print(f"{scale:>4}x {nvalues:>9,} {t_ing:>10.2f}s {c_ing:>5.2f}s {t_tr:>10.2f}s "
