@@ -16,6 +16,7 @@ from fabreg import __version__
 from fabreg.errors import FabregError
 
 COMMAND_MODULES: tuple[str, ...] = (
+    "fabreg.cluster.cli",
 )
 
 
