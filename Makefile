@@ -1,0 +1,39 @@
+# fabreg: the two commands of the README are `make run` and `make test`.
+# Both install only what is missing (system packages, then the .venv), so they can be repeated.
+
+VENV        ?= .venv
+PYTHON      ?= python3
+RFM_FLAGS   ?=
+PYTEST_FLAGS ?=
+STAMP       := $(VENV)/.fabreg-installed
+
+.PHONY: run test setup deps-run deps-test venv lint clean
+
+run: deps-run venv
+	$(VENV)/bin/reframe -C reframe-config.py -c checks/ -r $(RFM_FLAGS)
+
+test: deps-test venv
+	$(VENV)/bin/pytest $(PYTEST_FLAGS)
+
+setup: deps-test venv
+
+deps-run:
+	@ci/install-deps.sh run
+
+deps-test:
+	@ci/install-deps.sh test
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@echo "fabreg: creating $(VENV) (ReFrame 4.10 and fabreg)"
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[checks,test]'
+	@touch $@
+
+lint: venv
+	$(VENV)/bin/ruff check src tests checks ci
+
+clean:
+	rm -rf stage output report

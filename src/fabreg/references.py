@@ -1,0 +1,183 @@
+"""Per-system performance references, kept as data in ``checks/references/<system>.yaml``.
+
+A reference row names what it applies to (benchmark, metric, message size, MPI,
+transport, node count; ``'*'`` matches anything) and gives the reference value,
+its unit and two tolerances, both fractions in the *worse* direction:
+
+- ``warn``: beyond this the value is reported as a warning, the test still passes;
+- ``fail``: beyond this the test fails (this band is what ReFrame asserts).
+
+"Worse" follows the metric: higher latency, lower bandwidth (``fabreg.metrics``).
+When several rows match, the most specific one (fewest wildcards) wins.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fabreg.errors import FabregError
+from fabreg.metrics import lower_is_better
+
+WILDCARD = "*"
+KEY_FIELDS = ("benchmark", "metric", "size", "mpi", "transport", "nodes")
+VALUE_FIELDS = ("value", "unit", "warn", "fail", "better")
+_DEFAULTS = {"warn": 0.2, "fail": 0.5}
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One reference value with its warning and failure bands."""
+
+    value: float
+    unit: str
+    warn: float
+    fail: float
+    lower_is_better: bool
+    source: str
+
+    def limit(self, band: float) -> float:
+        """The value at which a result crosses ``band`` (a fraction, worse direction)."""
+        return self.value * (1 + band) if self.lower_is_better else self.value * (1 - band)
+
+    def deviation(self, measured: float) -> float:
+        """Signed relative deviation from the reference; positive is always better."""
+        rel = (measured - self.value) / self.value
+        return -rel if self.lower_is_better else rel
+
+    def verdict(self, measured: float) -> str:
+        """``ok``, ``warn`` or ``fail`` for a measured value."""
+        worse_by = -self.deviation(measured)
+        if worse_by > self.fail:
+            return "fail"
+        if worse_by > self.warn:
+            return "warn"
+        return "ok"
+
+    def reframe_tuple(self) -> tuple[float, float | None, float | None, str]:
+        """ReFrame's ``(ref, lower, upper, unit)`` for the failure band."""
+        if self.lower_is_better:
+            return (self.value, None, self.fail, self.unit)
+        return (self.value, -min(self.fail, 1.0), None, self.unit)
+
+
+@dataclass(frozen=True)
+class _Row:
+    key: dict[str, Any]
+    ref: Reference
+
+    def matches(self, query: dict[str, Any]) -> bool:
+        for name in KEY_FIELDS:
+            want = self.key.get(name, WILDCARD)
+            if want != WILDCARD and str(want) != str(query.get(name)):
+                return False
+        return True
+
+    @property
+    def specificity(self) -> int:
+        return sum(1 for name in KEY_FIELDS if self.key.get(name, WILDCARD) != WILDCARD)
+
+
+class ReferenceTable:
+    """All reference rows of one system."""
+
+    def __init__(self, rows: list[_Row], source: str) -> None:
+        self._rows = rows
+        self.source = source
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @classmethod
+    def load(cls, path: str | Path) -> ReferenceTable:
+        path = Path(path)
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except FileNotFoundError:
+            raise FabregError(f"{path}: reference file not found") from None
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f":{mark.line + 1}" if mark else ""
+            raise FabregError(f"{path}{where}: not valid YAML: {err}") from None
+        return cls.from_document(doc, str(path))
+
+    @classmethod
+    def from_document(cls, doc: Any, source: str) -> ReferenceTable:
+        if doc is None:
+            return cls([], source)
+        if not isinstance(doc, dict):
+            raise FabregError(f"{source}: expected a mapping with 'defaults' and 'references'")
+        unknown = set(doc) - {"system", "defaults", "references"}
+        if unknown:
+            raise FabregError(f"{source}: unknown top-level key(s): {', '.join(sorted(unknown))}")
+        defaults = dict(_DEFAULTS)
+        defaults.update(_check_defaults(doc.get("defaults") or {}, source))
+        rows = doc.get("references") or []
+        if not isinstance(rows, list):
+            raise FabregError(f"{source}: 'references' must be a list of rows")
+        return cls([_parse_row(i, row, defaults, source) for i, row in enumerate(rows)], source)
+
+    def lookup(self, **query: Any) -> Reference | None:
+        """The most specific row matching ``query`` (keys from ``KEY_FIELDS``), if any."""
+        best: _Row | None = None
+        for row in self._rows:
+            if row.matches(query) and (best is None or row.specificity > best.specificity):
+                best = row
+        return best.ref if best else None
+
+
+def _check_defaults(defaults: Any, source: str) -> dict[str, float]:
+    if not isinstance(defaults, dict):
+        raise FabregError(f"{source}: 'defaults' must be a mapping")
+    out = {}
+    for name, val in defaults.items():
+        if name not in ("warn", "fail"):
+            raise FabregError(f"{source}: defaults: unknown key {name!r} (expected warn, fail)")
+        out[name] = _fraction(val, f"{source}: defaults.{name}")
+    return out
+
+
+def _fraction(val: Any, where: str) -> float:
+    if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val):
+        raise FabregError(f"{where}: expected a number, got {val!r}")
+    if val < 0:
+        raise FabregError(f"{where}: tolerance must be >= 0, got {val}")
+    return float(val)
+
+
+def _parse_row(index: int, row: Any, defaults: dict[str, float], source: str) -> _Row:
+    where = f"{source}: references[{index}]"
+    if not isinstance(row, dict):
+        raise FabregError(f"{where}: expected a mapping, got {row!r}")
+    unknown = set(row) - set(KEY_FIELDS) - set(VALUE_FIELDS)
+    if unknown:
+        raise FabregError(
+            f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))} "
+            f"(allowed: {', '.join(KEY_FIELDS + VALUE_FIELDS)})"
+        )
+    for name in ("benchmark", "metric", "value", "unit"):
+        if name not in row:
+            raise FabregError(f"{where}: missing key {name!r}")
+    value = row["value"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise FabregError(f"{where}: 'value' must be a positive number, got {value!r}")
+    warn = _fraction(row.get("warn", defaults["warn"]), f"{where}.warn")
+    fail = _fraction(row.get("fail", defaults["fail"]), f"{where}.fail")
+    if warn > fail:
+        raise FabregError(f"{where}: warn ({warn}) must not exceed fail ({fail})")
+    better = row.get("better")
+    if better not in (None, "lower", "higher"):
+        raise FabregError(f"{where}.better: expected 'lower' or 'higher', got {better!r}")
+    lower = lower_is_better(row["metric"], row["unit"]) if better is None else better == "lower"
+    key = {name: row[name] for name in KEY_FIELDS if name in row}
+    ref = Reference(float(value), str(row["unit"]), warn, fail, lower, f"{source}#{index}")
+    return _Row(key, ref)
+
+
+def reference_file(checks_dir: str | Path, system: str) -> Path:
+    """Where the references of ``system`` live."""
+    return Path(checks_dir) / "references" / f"{system}.yaml"

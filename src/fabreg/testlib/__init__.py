@@ -1,0 +1,1 @@
+"""ReFrame building blocks for fabreg's checks (imports ReFrame; the review side must not)."""

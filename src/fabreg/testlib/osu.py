@@ -1,0 +1,186 @@
+"""OSU Micro-Benchmarks as ReFrame checks: binaries fixture, sanity, performance variables.
+
+The binaries come from a provider (``fabreg.providers``): real OSU under an
+install prefix when the environment names one, else fabreg's probes, built once
+per environment by the ``OsuBinaries`` fixture. Both print OSU 7.x output, so
+one parser (``fabreg.parsers.osu``) serves both.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import reframe as rfm
+import reframe.utility.sanity as sn
+import reframe.utility.typecheck as typ
+from reframe.core.builtins import fixture, run_after, run_before, sanity_function, variable
+from reframe.core.exceptions import ReframeError, SanityError
+
+from fabreg import providers
+from fabreg.errors import FabregError
+from fabreg.metrics import perfvar_name
+from fabreg.parsers.osu import OsuResult, parse_osu, powers_of_two, table_problem
+from fabreg.references import ReferenceTable, reference_file
+from fabreg.testlib.mpi import MpiCheck, unavailable_reason
+
+KB, MB = 1 << 10, 1 << 20
+
+#: The benchmarks the suite runs, with what is measured and at which sizes.
+BENCHMARKS: dict[str, tuple[str, str, list[int]]] = {
+    "osu_latency": ("latency", "us", [8, 1 * KB]),
+    "osu_bw": ("bandwidth", "MB/s", [64 * KB, 1 * MB, 4 * MB]),
+    "osu_bibw": ("bandwidth", "MB/s", [64 * KB, 1 * MB, 4 * MB]),
+    "osu_allreduce": ("latency", "us", [1 * KB, 64 * KB, 1 * MB, 4 * MB]),
+    "osu_bcast": ("latency", "us", [1 * MB, 4 * MB]),
+    "osu_alltoall": ("latency", "us", [1 * MB]),
+    "osu_reduce": ("latency", "us", [1 * MB]),
+    "osu_allgather": ("latency", "us", [128 * KB]),
+}
+
+PT2PT = ("osu_latency", "osu_bw", "osu_bibw")
+
+
+class OsuBinaries(rfm.CompileOnlyRegressionTest):
+    """Fixture: the OSU binaries of one environment (real OSU or the bundled probes)."""
+
+    #: ``osu-prefix`` or ``fabreg-probes``.
+    provider = variable(str, value="")
+    #: Install prefix (osu-prefix) or build directory (probes).
+    location = variable(str, value="")
+
+    build_system = "Make"
+
+    @run_after("setup")
+    def choose_provider(self) -> None:
+        self.skip_if(bool(reason := unavailable_reason(self.current_environ)), reason or "")
+        prefix = self.current_environ.extras.get("osu_prefix")
+        if prefix:
+            problem = providers.osu_prefix_problem(prefix, list(BENCHMARKS))
+            if problem:
+                raise ReframeError(f"environment {self.current_environ.name!r}: {problem}")
+            self.provider, self.location = providers.OSU_PREFIX, prefix
+            self.sourcesdir = None
+            self.build_system = "CustomBuild"
+            self.build_system.commands = [f'echo "using OSU Micro-Benchmarks from {prefix}"']
+            return
+        try:
+            self.sourcesdir = str(providers.probes_source_dir())
+        except FabregError as err:
+            raise ReframeError(str(err)) from None
+        self.provider, self.location = providers.PROBES, self.stagedir
+        self.build_system.max_concurrency = 1
+
+    @sanity_function
+    def binaries_present(self) -> sn.Deferrable:
+        return sn.all(
+            sn.assert_true(self.path_of(name) is not None, f"{name} missing from {self.location}")
+            for name in BENCHMARKS
+        )
+
+    def path_of(self, benchmark: str) -> str | None:
+        if self.provider == providers.OSU_PREFIX:
+            found = providers.find_osu_binary(self.location, benchmark)
+            return str(found) if found else None
+        path = Path(self.stagedir) / benchmark
+        return str(path) if path.is_file() else None
+
+
+class OsuCheck(MpiCheck):
+    """One OSU benchmark: its full size curve, sanity on every row, figures at chosen sizes."""
+
+    #: OSU binary name, e.g. ``osu_latency``.
+    benchmark = variable(str, loggable=True)
+    #: Where the binary came from (perflog column).
+    provider = variable(str, value="", loggable=True)
+    #: Message sizes that become performance variables.
+    perf_sizes = variable(typ.List[int], value=[], loggable=False)
+    #: Largest size run (the curve spans 1 B .. max_size); defaults to the largest perf size.
+    max_size = variable(int, value=0, loggable=False)
+    #: Iterations and warm-up per size; 0 keeps OSU's defaults.
+    iterations = variable(int, value=0, loggable=False)
+    warmup = variable(int, value=0, loggable=False)
+    #: Run with OSU's data validation (``-c``) and fail on any failed size.
+    validate = variable(bool, value=True, loggable=False)
+
+    osu_binaries = fixture(OsuBinaries, scope="environment")
+
+    num_tasks = 2
+    time_limit = "10m"
+
+    @run_after("init")
+    def set_defaults_from_benchmark(self) -> None:
+        metric, _, sizes = BENCHMARKS[self.benchmark]
+        if not self.perf_sizes:
+            self.perf_sizes = list(sizes)
+        if not self.max_size:
+            self.max_size = max(self.perf_sizes)
+        self.descr = f"OSU {self.benchmark} ({metric} at {', '.join(map(str, self.perf_sizes))} B)"
+
+    @run_after("setup")
+    def set_executable(self) -> None:
+        self.provider = self.osu_binaries.provider
+        self.executable = self.osu_binaries.path_of(self.benchmark) or self.benchmark
+        opts = ["-m", f"1:{self.max_size}"]
+        if self.iterations:
+            opts += ["-i", str(self.iterations)]
+        if self.warmup:
+            opts += ["-x", str(self.warmup)]
+        if self.validate:
+            opts.append("-c")
+        self.executable_opts = opts
+        self.keep_files = ["osu_curve.tsv"]
+
+    @run_after("setup")
+    def set_references(self) -> None:
+        path = reference_file(self.prefix, self.current_system.name)
+        if not path.is_file():
+            return
+        try:
+            table = ReferenceTable.load(path)
+        except FabregError as err:
+            raise ReframeError(str(err)) from None
+        metric, unit, _ = BENCHMARKS[self.benchmark]
+        refs = {}
+        for size in self.perf_sizes:
+            ref = table.lookup(**self.reference_key(metric, size))
+            if ref is not None:
+                refs[perfvar_name(metric, size)] = ref.reframe_tuple()
+        if refs:
+            self.reference = {"*": refs}
+
+    def reference_key(self, metric: str, size: int) -> dict[str, object]:
+        """What identifies this test's reference row; subclasses add their parameters."""
+        return {
+            "benchmark": self.benchmark, "metric": metric, "size": size,
+            "mpi": self.mpi or self.current_environ.extras.get("mpi"),
+            "transport": getattr(self, "transport", None), "nodes": self.num_nodes,
+        }
+
+    def parsed(self) -> OsuResult:
+        return parse_osu(Path(self.stagedir, str(self.stdout.evaluate())).read_text())
+
+    @run_before("sanity")
+    def keep_curve(self) -> None:
+        result = self.parsed()
+        lines = ["size\t" + "\t".join(result.columns)]
+        lines += [f"{size}\t" + "\t".join(str(row[c]) for c in result.columns)
+                  for size, row in sorted(result.rows.items())]
+        Path(self.stagedir, "osu_curve.tsv").write_text("\n".join(lines) + "\n")
+
+    @sanity_function
+    def assert_complete_table(self) -> bool:
+        problem = table_problem(self.parsed(), self.benchmark, powers_of_two(1, self.max_size))
+        if problem:
+            raise SanityError(problem)
+        return True
+
+    @run_before("performance")
+    def set_perf_variables(self) -> None:
+        metric, unit, _ = BENCHMARKS[self.benchmark]
+        self.perf_variables = {
+            perfvar_name(metric, size): sn.make_performance_function(self._value_at, unit, size)
+            for size in self.perf_sizes
+        }
+
+    def _value_at(self, size: int) -> float:
+        return self.parsed().value(size)

@@ -1,0 +1,39 @@
+"""Shared test fixtures: where the repository, the golden outputs and the tools are."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = Path(os.environ.get("FABREG_GOLDEN", REPO.parent / "shared" / "golden"))
+REFRAME = Path(sys.executable).parent / "reframe"
+
+
+@pytest.fixture(scope="session")
+def golden() -> Path:
+    """The real benchmark outputs shared beside the repository (never copied into it)."""
+    if not GOLDEN.is_dir():
+        pytest.skip(f"golden outputs not found at {GOLDEN} (set FABREG_GOLDEN)")
+    return GOLDEN
+
+
+def run_reframe(*args: str, perflog_dir: Path, cwd: Path, timeout: int = 900,
+                env: dict[str, str] | None = None,
+                checks: Path = REPO / "checks") -> subprocess.CompletedProcess[str]:
+    """Run the real ReFrame of this virtualenv on the repository's config and checks."""
+    full_env = dict(os.environ, FABREG_PERFLOG_DIR=str(perflog_dir), **(env or {}))
+    full_env.pop("RFM_CONFIG_FILES", None)
+    cmd = [str(REFRAME), "-C", str(REPO / "reframe-config.py"), "-c", str(checks),
+           "--prefix", str(cwd), *args]
+    return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def have(tool: str) -> bool:
+    return shutil.which(tool) is not None

@@ -1,0 +1,132 @@
+"""The OSU parser against every real OSU 7.2 output in the shared golden set."""
+
+from __future__ import annotations
+
+import pytest
+
+from fabreg.parsers.osu import TITLES, parse_osu, powers_of_two, table_problem
+
+
+def _text(golden, name: str) -> str:
+    return (golden / "osu-7.2" / name).read_text()
+
+
+def test_every_golden_file_parses_without_error(golden):
+    files = sorted((golden / "osu-7.2").glob("*.txt"))
+    assert len(files) >= 30
+    for path in files:
+        result = parse_osu(path.read_text())
+        for size, row in result.rows.items():
+            assert size > 0
+            assert set(row) == set(result.columns), path.name
+
+
+def test_latency_table(golden):
+    r = parse_osu(_text(golden, "openmpi-shm-osu_latency.txt"))
+    assert (r.title, r.version, r.datatype) == ("Latency", "7.2", "MPI_CHAR")
+    assert r.columns == ["Latency (us)"]
+    assert r.sizes == powers_of_two(1, 4194304)
+    assert r.value(8) == 0.46
+    assert r.value(1024) == 1.12
+    assert r.value(4194304) == 466.01
+    assert table_problem(r, "osu_latency", powers_of_two(1, 4194304)) is None
+
+
+def test_bandwidth_tables(golden):
+    bw = parse_osu(_text(golden, "openmpi-shm-osu_bw.txt"))
+    assert bw.columns == ["Bandwidth (MB/s)"]
+    assert bw.value(65536) == 8195.56
+    assert bw.value(4194304) == 10566.52
+    bibw = parse_osu(_text(golden, "openmpi-shm-osu_bibw.txt"))
+    assert bibw.title == TITLES["osu_bibw"]
+    assert bibw.value(1048576) == 18502.99
+
+
+@pytest.mark.parametrize("name,benchmark", [
+    ("openmpi-shm-osu_allreduce-2ranks.txt", "osu_allreduce"),
+    ("openmpi-shm-osu_bcast-2ranks.txt", "osu_bcast"),
+    ("openmpi-shm-osu_alltoall-2ranks.txt", "osu_alltoall"),
+    ("openmpi-shm-osu_reduce-2ranks.txt", "osu_reduce"),
+    ("openmpi-shm-osu_allgather-2ranks.txt", "osu_allgather"),
+])
+def test_collective_headers_match_their_benchmark(golden, name, benchmark):
+    r = parse_osu(_text(golden, name))
+    assert r.columns == ["Avg Latency(us)"]
+    assert table_problem(r, benchmark, powers_of_two(1, 4194304)) is None
+    other = "osu_bcast" if benchmark != "osu_bcast" else "osu_reduce"
+    assert "expected" in table_problem(r, other, [1])
+
+
+def test_full_format_columns(golden):
+    r = parse_osu(_text(golden, "openmpi-shm-osu_allreduce-4ranks-full.txt"))
+    assert r.columns == ["Avg Latency(us)", "Min Latency(us)", "Max Latency(us)", "Iterations"]
+    assert r.rows[1048576] == {"Avg Latency(us)": 642.93, "Min Latency(us)": 606.84,
+                               "Max Latency(us)": 670.19, "Iterations": 100.0}
+    assert r.value(1048576, "Max Latency(us)") == 670.19
+
+
+def test_validation_column(golden):
+    r = parse_osu(_text(golden, "openmpi-shm-osu_latency-validation.txt"))
+    assert r.columns == ["Latency (us)", "Validation"]
+    assert r.has_validation and r.validation_failures == []
+    row = "4096                    3.10              "
+    failing = _text(golden, "openmpi-shm-osu_latency-validation.txt").replace(
+        row + "Pass", row + "Fail")
+    r2 = parse_osu(failing)
+    assert r2.validation_failures == [4096]
+    assert "validation failed at size(s) 4096" in table_problem(r2, "osu_latency",
+                                                                 powers_of_two(1, 4096))
+
+
+def test_bad_option_prints_header_but_no_rows(golden):
+    """OSU exits 0 here: only the missing rows tell that nothing was measured."""
+    text = _text(golden, "openmpi-bad-option-osu_latency.txt")
+    assert text.rstrip().endswith("# exit status: 0")
+    r = parse_osu(text)
+    assert r.title == "Latency" and r.rows == {}
+    problem = table_problem(r, "osu_latency", powers_of_two(1, 1024))
+    assert problem == "osu_latency: no data row for 11 requested size(s): 1, 2, 4, 8, 16, 32 ..."
+
+
+def test_one_rank_error_has_no_header(golden):
+    r = parse_osu(_text(golden, "openmpi-one-rank-osu_latency.txt"))
+    assert r.title is None and r.rows == {}
+    assert any("requires exactly two processes" in line for line in r.preamble)
+    assert "printed no OSU header" in table_problem(r, "osu_latency", [8])
+
+
+def test_help_output_is_not_a_table(golden):
+    r = parse_osu(_text(golden, "mpich-help-osu_allreduce.txt"))
+    assert r.title is None and r.rows == {}
+
+
+def test_truncated_run_is_missing_sizes(golden):
+    """MPICH with 4 ranks on 2 cores was killed by a timeout part-way through the sweep."""
+    r = parse_osu(_text(golden, "mpich-shm-osu_alltoall-4ranks.txt"))
+    assert r.sizes and max(r.sizes) < 4194304
+    assert "no data row" in table_problem(r, "osu_alltoall", powers_of_two(1, 4194304))
+
+
+def test_rows_survive_interleaved_ucx_and_btl_logging(golden):
+    r = parse_osu(_text(golden, "openmpi-ucx-tcp-loginfo-osu_latency.txt"))
+    assert r.sizes == [8] and r.value(8) == 6.26
+    r = parse_osu(_text(golden, "openmpi-ob1-tcp-btlverbose-osu_latency.txt"))
+    assert r.sizes == [8]
+
+
+def test_slurm_chatter_around_the_table(golden):
+    r = parse_osu(_text(golden, "minicluster-2nodes-4ranks-openmpi-tcp-osu_allreduce.txt"))
+    assert r.sizes == powers_of_two(1, 4194304)
+    assert r.value(4194304) == 25455.25
+
+
+def test_multi_column_message_rate(golden):
+    r = parse_osu(_text(golden, "openmpi-shm-osu_mbw_mr-4ranks.txt"))
+    assert r.columns == ["MB/s", "Messages/s"]
+    assert r.value(65536, "Messages/s") == 248267.99
+
+
+def test_missing_benchmark_exit_127(golden):
+    r = parse_osu(_text(golden, "mpich-ucx-tcp-loginfo-osu_latency.txt"))
+    assert r.title is None
+    assert "No such file or directory" in "\n".join(r.preamble)

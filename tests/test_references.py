@@ -1,0 +1,84 @@
+"""Reference tables: lookup, direction, bands, and clear errors for broken files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fabreg.errors import FabregError
+from fabreg.references import ReferenceTable, reference_file
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _table(text: str, tmp_path: Path) -> ReferenceTable:
+    path = tmp_path / "sys.yaml"
+    path.write_text(text)
+    return ReferenceTable.load(path)
+
+
+def test_shipped_local_references_load_and_cover_every_osu_perf_variable():
+    from fabreg.testlib.osu import BENCHMARKS
+
+    table = ReferenceTable.load(reference_file(REPO / "checks", "local"))
+    for mpi in ("openmpi", "mpich"):
+        for bench, (metric, unit, sizes) in BENCHMARKS.items():
+            for size in sizes:
+                ref = table.lookup(benchmark=bench, metric=metric, size=size, mpi=mpi,
+                                   transport="shm", nodes=1)
+                assert ref is not None, (bench, size, mpi)
+                assert ref.unit == unit
+
+
+def test_most_specific_row_wins(tmp_path):
+    t = _table("""
+references:
+  - {benchmark: osu_latency, metric: latency, value: 10, unit: us}
+  - {benchmark: osu_latency, metric: latency, size: 8, mpi: mpich, value: 2, unit: us}
+  - {benchmark: osu_latency, metric: latency, size: 8, value: 5, unit: us}
+""", tmp_path)
+    assert t.lookup(benchmark="osu_latency", metric="latency", size=8, mpi="mpich").value == 2
+    assert t.lookup(benchmark="osu_latency", metric="latency", size=8, mpi="openmpi").value == 5
+    assert t.lookup(benchmark="osu_latency", metric="latency", size=64, mpi="x").value == 10
+    assert t.lookup(benchmark="osu_bw", metric="bandwidth", size=8) is None
+
+
+def test_direction_bands_and_deviation(tmp_path):
+    t = _table("""
+defaults: {warn: 0.1, fail: 0.3}
+references:
+  - {benchmark: b, metric: latency, value: 10, unit: us}
+  - {benchmark: b, metric: bandwidth, value: 1000, unit: MB/s}
+""", tmp_path)
+    lat = t.lookup(benchmark="b", metric="latency")
+    bw = t.lookup(benchmark="b", metric="bandwidth")
+    assert lat.lower_is_better and not bw.lower_is_better
+    assert [lat.verdict(v) for v in (5, 10.5, 12, 14)] == ["ok", "ok", "warn", "fail"]
+    assert [bw.verdict(v) for v in (2000, 950, 850, 600)] == ["ok", "ok", "warn", "fail"]
+    assert lat.deviation(8) == pytest.approx(0.2)
+    assert lat.deviation(12) == pytest.approx(-0.2)
+    assert bw.deviation(1200) == pytest.approx(0.2)
+    assert bw.deviation(800) == pytest.approx(-0.2)
+    assert lat.reframe_tuple() == (10.0, None, 0.3, "us")
+    assert bw.reframe_tuple() == (1000.0, -0.3, None, "MB/s")
+
+
+@pytest.mark.parametrize("text,message", [
+    ("references:\n  - {benchmark: b, metric: latency, vlaue: 1, unit: us}\n",
+     "references[0]: unknown key(s) vlaue"),
+    ("references:\n  - {benchmark: b, metric: latency, unit: us}\n",
+     "references[0]: missing key 'value'"),
+    ("references:\n  - {benchmark: b, metric: latency, value: fast, unit: us}\n",
+     "'value' must be a positive number"),
+    ("references:\n  - {benchmark: b, metric: l, value: 1, unit: us, warn: 0.5, fail: 0.1}\n",
+     "warn (0.5) must not exceed fail (0.1)"),
+    ("defaults: {wran: 0.1}\n", "defaults: unknown key 'wran'"),
+    ("refrences: []\n", "unknown top-level key(s): refrences"),
+    ("references: [\n", "not valid YAML"),
+])
+def test_malformed_files_name_file_and_key(tmp_path, text, message):
+    with pytest.raises(FabregError) as err:
+        _table(text, tmp_path)
+    assert str(tmp_path / "sys.yaml") in str(err.value)
+    assert message in str(err.value)

@@ -1,0 +1,87 @@
+"""The suite as users run it: real ReFrame on the repository's config and checks."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import REPO, have, run_reframe
+
+OSU_CHECKS = ["OsuLatency", "OsuBandwidth", "OsuBiBandwidth", "OsuAllreduce", "OsuBcast",
+              "OsuAlltoall", "OsuReduce", "OsuAllgather"]
+
+
+def _perflog_rows(path: Path) -> list[dict[str, str]]:
+    lines = path.read_text().splitlines()
+    header = lines[0].split("|")
+    return [dict(zip(header, line.split("|"))) for line in lines[1:]]
+
+
+def test_listing_shows_every_osu_check_and_announces_mvapich2_skip(tmp_path):
+    proc = run_reframe("-l", perflog_dir=tmp_path / "perflogs", cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    for name in OSU_CHECKS:
+        assert f"- {name}" in out
+    if not have("mpicc.mvapich2"):
+        assert "environment 'mvapich2' will be skipped: MPI 'mvapich2' is not installed" in out
+        assert "spack install mvapich2" in out
+
+
+def test_quick_tag_is_a_small_subset(tmp_path):
+    proc = run_reframe("-l", "--tag", "quick", perflog_dir=tmp_path / "p", cwd=tmp_path)
+    listed = [line for line in proc.stdout.splitlines() if line.startswith("- ")]
+    assert sorted(line.split()[1] for line in listed) == [
+        "OsuAllreduce", "OsuBandwidth", "OsuLatency"]
+
+
+def test_unknown_system_is_one_clear_error(tmp_path):
+    proc = run_reframe("--system", "nosuchsystem", "-l", perflog_dir=tmp_path / "p",
+                       cwd=tmp_path)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "nosuchsystem" in out
+    assert "Traceback" not in out
+
+
+@pytest.mark.slow
+def test_broken_reference_file_fails_with_file_and_key(tmp_path):
+    checks = tmp_path / "checks"
+    shutil.copytree(REPO / "checks", checks)
+    (checks / "references" / "local.yaml").write_text(
+        "references:\n  - {benchmark: osu_latency, metric: latency, size: 8, vlaue: 1, unit: us}\n")
+    proc = run_reframe("-r", "-n", "OsuLatency", "-p", "openmpi", checks=checks,
+                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "local.yaml: references[0]: unknown key(s) vlaue" in out
+
+
+@pytest.mark.slow
+def test_quick_run_writes_perflogs_with_values_units_and_references(tmp_path):
+    """The README's `make run` path, restricted to the quick tag."""
+    perflogs = tmp_path / "perflogs"
+    proc = run_reframe("-r", "--tag", "quick", perflog_dir=perflogs, cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    if not have("mpicc.mvapich2"):
+        assert "SKIP" in out and "MPI 'mvapich2' is not installed here" in out
+    seen = set()
+    for name, var, unit in [("OsuLatency", "latency_8B", "us"),
+                            ("OsuBandwidth", "bandwidth_1MB", "MB/s"),
+                            ("OsuAllreduce", "latency_64KB", "us")]:
+        rows = _perflog_rows(perflogs / "local" / "default" / f"{name}.log")
+        assert rows, name
+        for row in rows:
+            seen.add(row["environ"])
+            assert float(row[f"{var}_value"]) > 0
+            assert row[f"{var}_unit"] == unit
+            assert float(row[f"{var}_ref"]) > 0, f"{name} {var} has no reference"
+            assert row[f"{var}_result"] == "pass"
+            assert row["provider"] in ("fabreg-probes", "osu-prefix")
+            assert row["mpi"] == row["environ"]
+            assert row["num_nodes"] == "1"
+            assert row["job_completion_time"][-6] in "+-"  # RFC 3339 with UTC offset
+    assert {"openmpi", "mpich"} <= seen
+    assert (perflogs / "results.db").is_file()
