@@ -64,14 +64,20 @@ def restore(paths: Paths, node: str | None) -> list[str]:
 
 
 def kill(paths: Paths, node: str) -> list[int]:
-    """Kill ``node`` as a crash would: its slurmd and every process on it, without warning.
+    """Kill ``node`` as a power loss would: its link goes dark, then its processes die.
 
-    Slurm notices when the node stops answering (``SlurmdTimeout``), marks it DOWN and
-    fails its jobs. `fabreg cluster up` starts the node again.
+    The link goes down first, so no process on the node gets to close its
+    connections: peers (and the MPI runtime) see silence, not a reset, exactly as
+    with a crashed node. Slurm notices when the node stops answering
+    (``SlurmdTimeout``), marks it DOWN and ends its jobs with NODE_FAIL.
+    `fabreg cluster up` brings the node back.
     """
     st = _running(paths, "kill")
     index = st.layout.node_index(node)
     name = f"node{index}"
+    host = st.layout.host_veth(index)
+    if network.link_exists(host):
+        network.run(["ip", "link", "set", host, "down"], f"cutting {name}'s link")
     killed = []
     daemon = st.daemons.get(f"slurmd-{name}")
     if daemon and daemon.alive():

@@ -150,7 +150,7 @@ def _start_slurmd(paths: Paths, layout: Layout, index: int, node: str) -> Daemon
     ])
     argv = network.in_namespace(
         layout.namespace(index),
-        ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script],
+        ["unshare", "--uts", "--ipc", "--mount", "--propagation", "private", "sh", "-c", script],
     )
     return processes.spawn(f"slurmd-{node}", argv, paths.logs / f"slurmd-{node}.out",
                            env=slurmclient.env(paths))
