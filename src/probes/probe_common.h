@@ -1,0 +1,155 @@
+/*
+ * probe_common.h - shared pieces of the fabreg benchmark probes.
+ *
+ * The probes are small C + MPI programs that measure what the OSU
+ * Micro-Benchmarks measure, the same way, and print their results in the
+ * OSU 7.x text format so that one parser serves both.  This header holds
+ * what every probe needs: option parsing, the OSU default iteration counts,
+ * page-aligned buffers, the output layout, a data pattern for -c, and the
+ * driver shared by the blocking collectives.
+ *
+ * Part of fabreg; written for the project, not derived from OSU code.
+ */
+#ifndef PROBE_COMMON_H
+#define PROBE_COMMON_H
+
+#include <stddef.h>
+
+#include <mpi.h>
+
+/* The OSU release whose text layout the probes reproduce (header lines). */
+#ifndef PROBE_OSU_VERSION
+#define PROBE_OSU_VERSION "7.2"
+#endif
+
+/* OSU method constants (same values as OSU 7.x). */
+#define PROBE_LARGE_MESSAGE     8192      /* sizes above this use the "large" counts */
+#define PROBE_WINDOW_DEFAULT    64        /* messages in flight for osu_bw/osu_bibw  */
+#define PROBE_MAX_SIZE_PT2PT    (1 << 22) /* default -m MAX for point-to-point       */
+#define PROBE_MAX_SIZE_COLL     (1 << 20) /* default -m MAX for collectives          */
+#define PROBE_SIZE_LIMIT        (1 << 30) /* largest -m MAX the probes accept        */
+#define PROBE_WINDOW_LIMIT      65536     /* largest -W the probes accept            */
+
+/* Output layout: size column, value columns, iterations column. */
+#define PROBE_SIZE_WIDTH        10
+#define PROBE_FIELD_WIDTH       18
+#define PROBE_ITER_WIDTH        12
+#define PROBE_PRECISION         2
+
+enum probe_family {
+    PROBE_LATENCY,    /* osu_latency: exactly two ranks, "Latency (us)"      */
+    PROBE_BANDWIDTH,  /* osu_bw, osu_bibw: two ranks, -W, "Bandwidth (MB/s)" */
+    PROBE_COLLECTIVE  /* blocking collectives: >= 2 ranks, -f, averages      */
+};
+
+/* What a probe is: fixed per program. */
+struct probe_info {
+    const char *name;          /* program name, e.g. "osu_latency"          */
+    const char *title;         /* OSU title, e.g. "OSU MPI Latency Test"    */
+    enum probe_family family;
+};
+
+/* What the user asked for, after defaults and options. */
+struct probe_options {
+    size_t min_size;
+    size_t max_size;
+    int iters_small;   /* iterations for sizes <= PROBE_LARGE_MESSAGE */
+    int iters_large;   /* iterations for larger sizes                 */
+    int skip_small;    /* warm-up iterations, not timed               */
+    int skip_large;
+    int window;        /* -W, bandwidth probes only                   */
+    int full;          /* -f, collectives only                        */
+    int validate;      /* -c                                          */
+};
+
+/* One running probe: identity, options and place in MPI_COMM_WORLD. */
+struct probe_run {
+    const struct probe_info *info;
+    struct probe_options opt;
+    int rank;
+    int nranks;
+};
+
+/*
+ * Initialise MPI, parse the command line and check the number of ranks.
+ * Returns only when the benchmark should run; for -h/-v it exits 0, for a bad
+ * option or a wrong number of ranks it prints one line (rank 0) and exits 1.
+ */
+void probe_start(struct probe_run *run, const struct probe_info *info,
+                 int *argc, char ***argv);
+
+/* Finalise MPI and exit: 0, or 1 after a validation failure. */
+void probe_finish(const struct probe_run *run, int failed);
+
+/* Print (rank 0) the probe's identification line and the OSU header lines. */
+void probe_print_header(const struct probe_run *run);
+
+/* Iterations / warm-up iterations for one message size (OSU thresholds). */
+int probe_iterations(const struct probe_run *run, size_t size);
+int probe_skip(const struct probe_run *run, size_t size);
+
+/* Message sizes: MIN, 2*MIN, 4*MIN, ... up to MAX (0 is skipped as in OSU). */
+size_t probe_first_size(const struct probe_run *run);
+size_t probe_next_size(size_t size);
+
+/* Page-aligned buffer, or MPI_Abort with a message naming the probe. */
+void *probe_alloc(const struct probe_run *run, size_t bytes);
+
+/* Print one point-to-point row (rank 0): size, value [, Pass/Fail]. */
+void probe_print_pt2pt_row(const struct probe_run *run, size_t size,
+                           double value, int errors);
+
+/*
+ * Collective row: reduce this rank's average latency (us) to min/avg/max on
+ * rank 0 and print it; sums the validation errors over all ranks and returns
+ * that sum on every rank.
+ */
+int probe_report_collective(const struct probe_run *run, size_t size,
+                            double latency_us, int iterations, int errors);
+
+/* Sum of validation errors over all ranks, on every rank. */
+int probe_sum_errors(int errors);
+
+/* Print (rank 0) the line that ends a run after a validation failure. */
+void probe_report_failure(const struct probe_run *run, size_t size);
+
+/*
+ * Data pattern for -c: byte k of a message written by rank `from` for rank
+ * `to` in iteration `iter`.  Values stay small (0..7) so that sums over
+ * ranks in MPI_CHAR reductions do not overflow for up to 16 ranks.
+ */
+unsigned char probe_pattern(int from, int to, size_t k, int iter);
+void probe_fill(void *buf, size_t len, int from, int to, int iter);
+/* Number of bytes of buf that differ from the pattern. */
+int probe_check(const void *buf, size_t len, int from, int to, int iter);
+
+/*
+ * Blocking collective description, run by probe_run_collective().
+ * Buffers are sized for the largest message, times the number of ranks where
+ * a collective needs one block per rank.
+ */
+struct probe_coll_bufs {
+    char *send;
+    char *recv;
+};
+
+struct probe_collective {
+    /* The timed operation: one collective of `size` bytes (MPI_CHAR). */
+    void (*op)(const struct probe_run *run, struct probe_coll_bufs *b, size_t size);
+    /* -c only: write the expected inputs of iteration `iter` (untimed). */
+    void (*prepare)(const struct probe_run *run, struct probe_coll_bufs *b,
+                    size_t size, int iter);
+    /* -c only: count wrong bytes in the result of iteration `iter`. */
+    int (*check)(const struct probe_run *run, const struct probe_coll_bufs *b,
+                 size_t size, int iter);
+    int send_per_rank;   /* send buffer holds one block per rank (alltoall)    */
+    int recv_per_rank;   /* recv buffer holds one block per rank (all* gathers) */
+    int barrier_before;  /* barrier before each operation (osu_reduce) instead
+                            of after it (the other collectives)               */
+};
+
+/* Run the OSU collective method over all sizes; returns the exit status. */
+int probe_run_collective(const struct probe_run *run,
+                         const struct probe_collective *coll);
+
+#endif /* PROBE_COMMON_H */
