@@ -20,6 +20,9 @@ from fabreg.siteconfig import slurm_partition
 
 SYSTEM = "minicluster"
 
+#: What carries MPI traffic on the emulated cluster (names of fabreg.transport).
+TRANSPORTS = ("tcp", "tcp_ob1", "shm")
+
 
 def selected(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None) -> bool:
     """Whether this ReFrame session runs on the minicluster (``--system minicluster``)."""
@@ -72,6 +75,12 @@ def system(environs: Sequence[str], paths: Paths | None = None) -> dict[str, Any
         # No accounting database (slurmdbd) on the emulated cluster: poll with squeue.
         scheduler="squeue", launcher="srun", max_jobs=1,
         descr=f"{nodes} emulated node(s), one slurmd per network namespace",
+        extras={
+            # The nodes' only fabric: TCP over the bridge, through their `fab0`.
+            "tcp_interfaces": [NODE_IFACE],
+            # Detection would run in the host's namespace (no fab0 there), so declare.
+            "transports": list(TRANSPORTS),
+        },
     )
     return {
         "name": SYSTEM,
@@ -83,33 +92,25 @@ def system(environs: Sequence[str], paths: Paths | None = None) -> dict[str, Any
     }
 
 
-def environments(base: Sequence[dict[str, Any]],
-                 paths: Paths | None = None) -> list[dict[str, Any]]:
+def environments(base: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The MPI environments of ``base`` adapted to ranks on different emulated nodes.
 
-    - OpenMPI: ``mpirun`` inside the Slurm job (it starts its daemons with srun),
-      ``--bind-to none`` (every emulated node reports the same cores: binding would
-      pile ranks of different nodes onto one core), and TCP restricted to the bridge
-      subnet for both MPI traffic and the runtime's out-of-band channel;
-    - MPICH: hydra's ``mpiexec`` inside the job (it bootstraps through Slurm);
-    - both: UCX's TCP transport limited to the node interface ``fab0``.
+    The launchers run inside the Slurm job, on the first node, where the only
+    interfaces are ``lo`` and ``fab0``: OpenMPI's ``mpirun`` starts its daemons on
+    the other nodes with srun, MPICH's hydra ``mpiexec`` bootstraps through Slurm.
+    OpenMPI also gets ``--bind-to none``: every emulated node reports the same
+    cores, so binding would pile ranks of different "nodes" onto one core.
+    Which transport carries the traffic is left to ``fabreg.transport``, told by the
+    partition's ``tcp_interfaces`` / ``transports`` extras.
     """
-    layout = running_layout(paths)
-    subnet = layout.subnet if layout else Layout().subnet
     adapted = []
     for env in base:
         new = copy.deepcopy(env)
         new["target_systems"] = [SYSTEM]
         extras = new.setdefault("extras", {})
         launcher = list(extras.get("launcher") or [])
-        mpi = extras.get("mpi", new["name"])
-        if launcher and mpi == "openmpi":
-            launcher[1:1] = ["--bind-to", "none",
-                             "--mca", "btl_tcp_if_include", subnet,
-                             "--mca", "oob_tcp_if_include", subnet]
+        if launcher and extras.get("mpi", new["name"]) == "openmpi":
+            launcher[1:1] = ["--bind-to", "none"]
         extras["launcher"] = launcher
-        env_vars = [list(kv) for kv in new.get("env_vars", [])]
-        env_vars.append(["UCX_NET_DEVICES", NODE_IFACE])
-        new["env_vars"] = env_vars
         adapted.append(new)
     return adapted

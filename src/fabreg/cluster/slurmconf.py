@@ -71,15 +71,18 @@ def render(layout: Layout, paths: Paths) -> str:
 
 
 def hosts_file(layout: Layout, base: str) -> str:
-    """/etc/hosts for the nodes: the machine's own entries plus every node's address.
+    """/etc/hosts for the nodes: the controller and every node first, then the machine's own.
 
-    MPI launchers (e.g. MPICH's hydra) resolve node names on the nodes themselves.
+    MPI launchers resolve host names on the nodes: hydra's proxies connect back to
+    the host ``mpiexec`` runs on (a node, or this machine under ``salloc``), so this
+    machine's name must lead to its bridge address; the first match wins.
     """
     lines = [
-        base.rstrip("\n"),
-        "# Added by `fabreg cluster up`: the emulated nodes.",
-        f"{layout.bridge_ip}\t{layout.controller}-fabreg",
+        "# Written by `fabreg cluster up`: /etc/hosts inside the emulated nodes.",
+        f"{layout.bridge_ip}\t{layout.controller}",
     ]
     for index, node in enumerate(layout.node_names(), start=1):
         lines.append(f"{layout.node_ip(index)}\t{node}")
+    lines.append("# This machine's /etc/hosts:")
+    lines.append(base.rstrip("\n"))
     return "\n".join(lines) + "\n"

@@ -11,6 +11,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import reframe as rfm
+from reframe.core.builtins import run_before
+from reframe.core.exceptions import SanityError
+
 #: Final job states that mean the scheduler, not the benchmark, ended the job.
 SCHEDULER_ENDINGS = {
     "TIMEOUT": "killed at its time limit",
@@ -54,3 +58,18 @@ def scheduler_ending(state: str | None, jobid: object, time_limit: object,
         if notice:
             message += f"; {notice}"
     return message
+
+
+class SchedulerEndingMixin(rfm.RegressionTestPlugin):
+    """Fail a test whose job the scheduler ended (time limit, node failure) with that reason.
+
+    Runs before any other sanity code, so a truncated benchmark table is never
+    reported instead of the cause.
+    """
+
+    @run_before("sanity")
+    def fail_with_scheduler_reason(self) -> None:
+        reason = scheduler_ending(self.job.state, self.job.jobid, self.job.time_limit,
+                                  Path(self.stagedir, str(self.stderr.evaluate())))
+        if reason:
+            raise SanityError(reason)

@@ -10,17 +10,15 @@ of the partition's. Without it, the partition launcher (e.g. ``srun``) is kept.
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 from typing import Any
 
 import reframe as rfm
 import reframe.core.runtime as rt
 from reframe.core.builtins import run_after, run_before, variable
-from reframe.core.exceptions import SanityError
 from reframe.core.launchers import JobLauncher
 from reframe.core.logging import getlogger
 
-from fabreg.testlib.jobs import scheduler_ending
+from fabreg.testlib.jobs import SchedulerEndingMixin
 
 _warned: set[str] = set()
 
@@ -80,7 +78,7 @@ class ArgvLauncher(JobLauncher):
         return [arg.format(**fields) for arg in self._argv]
 
 
-class MpiCheck(rfm.RunOnlyRegressionTest):
+class MpiCheck(rfm.RunOnlyRegressionTest, SchedulerEndingMixin):
     """Base of every check that launches MPI ranks."""
 
     valid_systems = ["*"]
@@ -110,11 +108,3 @@ class MpiCheck(rfm.RunOnlyRegressionTest):
         if argv:
             self.job.launcher = ArgvLauncher(argv)
         self.job.launcher.options += list(self.launch_options)
-
-    @run_before("sanity")
-    def fail_with_scheduler_reason(self) -> None:
-        """A job the scheduler ended (time limit, node failure) fails with that reason."""
-        reason = scheduler_ending(self.job.state, self.job.jobid, self.job.time_limit,
-                                  Path(self.stagedir, str(self.stderr.evaluate())))
-        if reason:
-            raise SanityError(reason)
