@@ -45,6 +45,9 @@ def up(
             f"already up (state in {paths.root}); run `fabreg cluster down` first"
         )
     st = current if current and current.layout == wanted else ClusterState(layout=wanted)
+    if current is None and paths.logs.is_dir():
+        # A new cluster starts with new logs (`down` keeps the last ones for post-mortems).
+        shutil.rmtree(paths.logs)
     layout = st.layout
     ctld = st.daemons.get("slurmctld")
     if not (ctld and ctld.alive()):
@@ -213,8 +216,9 @@ def usage(paths: Paths, st: ClusterState) -> str:
         f"state in {paths.root}",
         "use it:",
         f"  export SLURM_CONF={paths.slurm_conf}",
-        "  sinfo; salloc -N 2 -n 2 mpirun.openmpi --bind-to none hostname" if n > 1 else
         "  sinfo; srun -N 1 hostname",
+        *([f"  salloc -N {n} -n {n} mpirun.openmpi --bind-to none ./a.out",
+           f"  salloc -N {n} -n {n} mpiexec.mpich -iface {BRIDGE} ./a.out"] if n > 1 else []),
         "  .venv/bin/reframe -C reframe-config.py -c checks/ -r --system minicluster",
         "faults: fabreg cluster degrade node2 --rate 1gbit | restore | kill node2",
         "tear down: fabreg cluster down",
