@@ -16,9 +16,20 @@ Environment ``extras`` used by the checks:
   the partition's launcher (e.g. ``srun`` on a site cluster);
 - ``osu_prefix``: an OSU Micro-Benchmarks install prefix; when set, the checks
   run the real OSU binaries instead of the bundled probes.
+
+Partition ``extras`` used by the checks (docs/transports.md):
+
+- ``max_nodes``: nodes one job may span (default 1); the ``nodes`` parameter
+  runs 1, 2, 4, ... up to it;
+- ``ranks_per_node``: ranks per node for collectives (default 2 on one node, 1 across);
+- ``rdma_devices`` / ``tcp_interfaces``: devices the transports must use
+  (``UCX_NET_DEVICES``, ``btl_tcp_if_include``, ``MV2_IBA_HCA``);
+- ``transports``: the transports the partition offers, when detection on the
+  host that runs ReFrame would not tell (e.g. a login node without RDMA devices).
 """
 
 import os
+import shlex
 import shutil
 
 from fabreg.cluster import reframe_system as minicluster
@@ -45,6 +56,12 @@ def _osu_prefix(mpi):
     """Where real OSU binaries for ``mpi`` live, if the user said so."""
     return os.environ.get(f'FABREG_OSU_PREFIX_{mpi.upper()}', '')
 
+
+# The fabric change an acceptance run is for (ticket, firmware version...): the session's
+# `change` extra in the results database. Commas and '=' would split ReFrame's key=value list.
+FABREG_CHANGE = (os.environ.get('FABREG_CHANGE', '').strip().replace(',', ';').replace('=', ':')
+                 or 'unspecified')
+ACCEPTANCE_REPEATS = int(os.environ.get('FABREG_ACCEPTANCE_REPEATS', '3'))
 
 _OMPI_AS_ROOT = {
     # Harmless for normal users; lets OpenMPI start ranks on root-only CI hosts.
@@ -141,8 +158,15 @@ site_configuration = {
         minicluster.system(environs=['openmpi', 'mpich', 'mvapich2']),
     ],
     'environments': local_environments + minicluster.environments(local_environments),
+    # --mode nightly | acceptance | quick (docs/references.md#modes)
     'modes': [
         {'name': 'quick', 'options': ['--tag=quick']},
+        {'name': 'nightly', 'options': ['--session-extras=mode=nightly']},
+        {'name': 'acceptance', 'options': [
+            '--setvar=references_required=1',
+            f'--repeat={ACCEPTANCE_REPEATS}',
+            shlex.quote(f'--session-extras=mode=acceptance,change={FABREG_CHANGE}'),
+        ]},
     ],
     'general': [
         {

@@ -25,11 +25,12 @@ def golden() -> Path:
 
 def run_reframe(*args: str, perflog_dir: Path, cwd: Path, timeout: int = 900,
                 env: dict[str, str] | None = None,
-                checks: Path = REPO / "checks") -> subprocess.CompletedProcess[str]:
+                checks: Path = REPO / "checks",
+                config: Path = REPO / "reframe-config.py") -> subprocess.CompletedProcess[str]:
     """Run the real ReFrame of this virtualenv on the repository's config and checks."""
     full_env = dict(os.environ, FABREG_PERFLOG_DIR=str(perflog_dir), **(env or {}))
     full_env.pop("RFM_CONFIG_FILES", None)
-    cmd = [str(REFRAME), "-C", str(REPO / "reframe-config.py"), "-c", str(checks),
+    cmd = [str(REFRAME), "-C", str(config), "-c", str(checks),
            "--prefix", str(cwd), *args]
     return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True,
                           timeout=timeout)

@@ -13,15 +13,22 @@ from pathlib import Path
 import reframe as rfm
 import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
-from reframe.core.builtins import fixture, run_after, run_before, sanity_function, variable
+from reframe.core.builtins import (
+    fixture,
+    parameter,
+    run_after,
+    run_before,
+    sanity_function,
+    variable,
+)
 from reframe.core.exceptions import ReframeError, SanityError
 
-from fabreg import providers
+from fabreg import busbw, providers
 from fabreg.errors import FabregError
 from fabreg.metrics import perfvar_name
 from fabreg.parsers.osu import OsuResult, parse_osu, powers_of_two, table_problem
-from fabreg.references import ReferenceTable, reference_file
 from fabreg.testlib.mpi import MpiCheck, unavailable_reason
+from fabreg.testlib.references import ReferenceKeys, ReferencesMixin
 
 KB, MB = 1 << 10, 1 << 20
 
@@ -85,7 +92,7 @@ class OsuBinaries(rfm.CompileOnlyRegressionTest):
         return str(path) if path.is_file() else None
 
 
-class OsuCheck(MpiCheck):
+class OsuCheck(MpiCheck, ReferencesMixin):
     """One OSU benchmark: its full size curve, sanity on every row, figures at chosen sizes."""
 
     #: OSU binary name, e.g. ``osu_latency``.
@@ -104,7 +111,6 @@ class OsuCheck(MpiCheck):
 
     osu_binaries = fixture(OsuBinaries, scope="environment")
 
-    num_tasks = 2
     time_limit = "10m"
 
     @run_after("init")
@@ -130,30 +136,22 @@ class OsuCheck(MpiCheck):
         self.executable_opts = opts
         self.keep_files = ["osu_curve.tsv"]
 
-    @run_after("setup")
-    def set_references(self) -> None:
-        path = reference_file(self.prefix, self.current_system.name)
-        if not path.is_file():
-            return
-        try:
-            table = ReferenceTable.load(path)
-        except FabregError as err:
-            raise ReframeError(str(err)) from None
-        metric, unit, _ = BENCHMARKS[self.benchmark]
-        refs = {}
+    def reference_keys(self) -> ReferenceKeys:
+        """Each size's figure needs a reference; a bus bandwidth may have one."""
+        metric, _, _ = BENCHMARKS[self.benchmark]
+        keys: ReferenceKeys = {}
         for size in self.perf_sizes:
-            ref = table.lookup(**self.reference_key(metric, size))
-            if ref is not None:
-                refs[perfvar_name(metric, size)] = ref.reframe_tuple()
-        if refs:
-            self.reference = {"*": refs}
+            keys[perfvar_name(metric, size)] = (self.reference_key(metric, size), True)
+            if busbw.collective(self.benchmark):
+                keys[perfvar_name("busbw", size)] = (self.reference_key("busbw", size), False)
+        return keys
 
     def reference_key(self, metric: str, size: int) -> dict[str, object]:
         """What identifies this test's reference row; subclasses add their parameters."""
         return {
             "benchmark": self.benchmark, "metric": metric, "size": size,
             "mpi": self.mpi or self.current_environ.extras.get("mpi"),
-            "transport": getattr(self, "transport", None), "nodes": self.num_nodes,
+            "transport": self.transport, "nodes": self.nodes,
         }
 
     def parsed(self) -> OsuResult:
@@ -181,6 +179,33 @@ class OsuCheck(MpiCheck):
             perfvar_name(metric, size): sn.make_performance_function(self._value_at, unit, size)
             for size in self.perf_sizes
         }
+        if busbw.collective(self.benchmark):
+            self.perf_variables.update({
+                perfvar_name("busbw", size): sn.make_performance_function(
+                    self._busbw_at, busbw.UNIT, size)
+                for size in self.perf_sizes
+            })
 
     def _value_at(self, size: int) -> float:
         return self.parsed().value(size)
+
+    def _busbw_at(self, size: int) -> float:
+        return busbw.bus_bandwidth(self.benchmark, size, self._value_at(size), self.num_tasks)
+
+
+class OsuPointToPoint(OsuCheck):
+    """A two-rank OSU test: two ranks on one node (shm), else one rank on each of two nodes."""
+
+    nodes = parameter(inherit_params=True, filter_params=lambda counts: [
+        n for n in counts if n <= 2])
+
+    def placement(self) -> tuple[int, int]:
+        return self.nodes, 2 if self.nodes == 1 else 1
+
+
+class OsuCollective(OsuCheck):
+    """A collective over every node of the run, ``ranks_per_node`` ranks on each.
+
+    Its figures at each size are the average latency and the bus bandwidth
+    (``busbw_<size>``, nccl-tests' definition, see ``fabreg.busbw``).
+    """
