@@ -94,7 +94,9 @@ def test_minicluster_environments_launch_inside_the_job(tmp_path):
                        env={"FABREG_CLUSTER_DIR": str(tmp_path)})
     envs = {e["name"]: e for e in last_json(proc.stdout)
             if "minicluster" in e.get("target_systems", [])}
-    assert envs["openmpi"]["extras"]["launcher"][1:3] == ["--bind-to", "none"]
+    assert envs["openmpi"]["extras"]["launcher"][1:5] == [
+        "--bind-to", "none", "--npernode", "{num_tasks_per_node}"]
+    assert envs["mpich"]["extras"]["launcher"][1:3] == ["-ppn", "{num_tasks_per_node}"]
     assert envs["mpich"]["extras"]["launcher"][0].startswith("mpiexec")
 
 

@@ -99,7 +99,8 @@ def environments(base: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     interfaces are ``lo`` and ``fab0``: OpenMPI's ``mpirun`` starts its daemons on
     the other nodes with srun, MPICH's hydra ``mpiexec`` bootstraps through Slurm.
     OpenMPI also gets ``--bind-to none``: every emulated node reports the same
-    cores, so binding would pile ranks of different "nodes" onto one core.
+    cores, so binding would pile ranks of different "nodes" onto one core. Both place
+    ``num_tasks_per_node`` ranks per node explicitly (``--npernode`` / ``-ppn``).
     Which transport carries the traffic is left to ``fabreg.transport``, told by the
     partition's ``tcp_interfaces`` / ``transports`` extras.
     """
@@ -109,8 +110,11 @@ def environments(base: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         new["target_systems"] = [SYSTEM]
         extras = new.setdefault("extras", {})
         launcher = list(extras.get("launcher") or [])
-        if launcher and extras.get("mpi", new["name"]) == "openmpi":
-            launcher[1:1] = ["--bind-to", "none"]
+        mpi = extras.get("mpi", new["name"])
+        if launcher and mpi == "openmpi":
+            launcher[1:1] = ["--bind-to", "none", "--npernode", "{num_tasks_per_node}"]
+        elif launcher and mpi == "mpich":
+            launcher[1:1] = ["-ppn", "{num_tasks_per_node}"]
         extras["launcher"] = launcher
         adapted.append(new)
     return adapted
