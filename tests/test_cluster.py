@@ -50,6 +50,7 @@ class Cluster:
 
     def reframe(self, tmp: Path, *args: str, checks: Path = REPO / "checks",
                 timeout: int = 1800) -> subprocess.CompletedProcess[str]:
+        tmp.mkdir(parents=True, exist_ok=True)
         return run_reframe("--system", "minicluster", "-r", *args, checks=checks,
                            perflog_dir=tmp / "perflogs", cwd=tmp, env=self.env, timeout=timeout)
 
@@ -71,8 +72,8 @@ def _pid_alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def _require_machine() -> None:
+    """Skip with the reason when this machine cannot host the emulated cluster now."""
     if os.geteuid() != 0:
         pytest.skip("needs root: the emulated cluster creates network namespaces and starts "
                     "Slurm daemons")
@@ -83,12 +84,44 @@ def cluster(tmp_path_factory):
     if BRIDGE.exists():
         pytest.skip("a fabreg cluster is already up on this machine (bridge fabregbr0); "
                     "this test brings up its own: `fabreg cluster down` first")
+
+
+def _skip_without_namespaces(up: subprocess.CompletedProcess[str]) -> None:
+    if up.returncode != 0 and "cannot create network namespaces" in up.stderr:
+        pytest.skip(up.stderr.strip())
+
+
+def test_down_cleans_up_a_half_started_cluster_without_its_state_file(tmp_path):
+    """`up` that gives up half way, then the state file is lost: `down` still finds it all."""
+    _require_machine()
+    cl = Cluster(tmp_path)
+    try:
+        up = cl.fabreg("up", "--nodes", "2", "--timeout", "0.01")
+        _skip_without_namespaces(up)
+        assert up.returncode == 2, up.stdout + up.stderr
+        assert "nodes not idle after 0s" in up.stderr
+        assert "`fabreg cluster down`" in up.stderr or "see the logs" in up.stderr
+        assert BRIDGE.exists() and len(_leftovers()) >= 3
+        (tmp_path / "cluster.json").unlink()
+    finally:
+        down = cl.fabreg("down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "stopped unrecorded slurmctld" in down.stdout
+    assert "stopped unrecorded munged" in down.stdout
+    assert "removed network namespace fabreg-node2" in down.stdout
+    assert _leftovers() == []
+    again = cl.fabreg("down")
+    assert again.returncode == 0, again.stderr
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    _require_machine()
     state_dir = tmp_path_factory.mktemp("cluster")
     cl = Cluster(state_dir)
     up = cl.fabreg("up", "--nodes", "2")
     try:
-        if up.returncode != 0 and "cannot create network namespaces" in up.stderr:
-            pytest.skip(up.stderr.strip())
+        _skip_without_namespaces(up)
         assert up.returncode == 0, up.stdout + up.stderr
         assert "waiting for sinfo" in up.stdout or "nodes ready" in up.stdout
         assert "nodes ready: node1 idle, node2 idle" in up.stdout

@@ -88,6 +88,17 @@ def test_minicluster_partition_follows_the_recorded_node_count(tmp_path):
     assert part["extras"]["tcp_interfaces"] == ["fab0"]
 
 
+def test_minicluster_node_variants_follow_the_cluster(tmp_path):
+    """`fabreg cluster up --nodes 4` gives 1-, 2- and 4-node variants of the checks."""
+    save(Paths(tmp_path), ClusterState(Layout(nodes=4, controller="c", cpus_per_node=2)))
+    proc = show_config("-c", str(REPO / "checks"), "--system", "minicluster", "-l",
+                       "-n", "OsuAllreduce", env={"FABREG_CLUSTER_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    listed = [ln for ln in proc.stdout.splitlines() if ln.startswith("- OsuAllreduce")]
+    nodes = {ln.split("%nodes=")[1].split()[0] for ln in listed}
+    assert nodes == {"1", "2", "4"}
+
+
 def test_minicluster_environments_launch_inside_the_job(tmp_path):
     save(Paths(tmp_path), ClusterState(Layout(nodes=2, controller="c", cpus_per_node=2)))
     proc = show_config("--system", "minicluster", "--show-config", "environments",
