@@ -198,3 +198,23 @@ def test_up_with_the_controller_port_taken_touches_nothing(tmp_path):
     assert f"TCP port {port} (slurmctld) is already in use" in proc.stderr
     assert not Path("/sys/class/net/fabregbr0").exists()
     assert not (tmp_path / "cluster.json").exists()
+
+
+def test_up_without_network_privileges_says_what_is_missing(tmp_path):
+    """Root inside a user namespace (no CAP_NET_ADMIN on this machine's network) is refused."""
+    if not shutil.which("unshare") or not shutil.which("slurmctld"):
+        pytest.skip("needs unshare (util-linux) and Slurm installed")
+    if Path("/sys/class/net/fabregbr0").exists():
+        pytest.skip("a fabreg cluster is up on this machine; this test must not disturb it")
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "true"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"user namespaces unavailable here: {probe.stderr.strip()}")
+    proc = subprocess.run(
+        ["unshare", "--user", "--map-root-user", *FABREG, "cluster", "--state-dir",
+         str(tmp_path), "up"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("fabreg: error: cannot create network devices on this machine")
+    assert "needs root with CAP_NET_ADMIN" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not Path("/sys/class/net/fabregbr0").exists()

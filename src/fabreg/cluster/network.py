@@ -75,9 +75,17 @@ def overlapping_route(layout: Layout) -> str | None:
     return None
 
 
+NO_PRIVILEGE_HINT = ("the emulated cluster needs root with CAP_NET_ADMIN and CAP_SYS_ADMIN "
+                     "(in a container: --privileged)")
+
+
 def create_bridge(layout: Layout) -> None:
     if not link_exists(BRIDGE):
-        run(["ip", "link", "add", BRIDGE, "type", "bridge"], "creating the bridge")
+        try:
+            run(["ip", "link", "add", BRIDGE, "type", "bridge"], "creating the bridge")
+        except FabregError as err:
+            raise FabregError(f"cannot create network devices on this machine ({err}); "
+                              f"{NO_PRIVILEGE_HINT}") from None
     addr = f"{layout.bridge_ip}/{layout.prefixlen}"
     shown = run(["ip", "-4", "addr", "show", "dev", BRIDGE], "reading the bridge address")
     if addr not in shown:
@@ -93,9 +101,7 @@ def create_namespace(name: str) -> None:
         run(["ip", "netns", "add", name], f"creating network namespace {name}")
     except FabregError as err:
         raise FabregError(
-            f"cannot create network namespaces on this machine ({err}); "
-            "the emulated cluster needs root with CAP_SYS_ADMIN and CAP_NET_ADMIN "
-            "(in a container: --privileged)"
+            f"cannot create network namespaces on this machine ({err}); {NO_PRIVILEGE_HINT}"
         ) from None
 
 

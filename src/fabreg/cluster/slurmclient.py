@@ -6,7 +6,7 @@ import os
 import subprocess
 from collections.abc import Sequence
 
-from fabreg.cluster.layout import Paths
+from fabreg.cluster.layout import SLURM_PARTITION, Paths
 
 TOOLS = ("slurmctld", "slurmd", "sinfo", "scontrol", "squeue", "sbatch", "salloc", "srun")
 
@@ -55,7 +55,7 @@ def node_reasons(paths: Paths) -> dict[str, str]:
 
 def cancel_all(paths: Paths) -> None:
     """Cancel every job of the emulated cluster (all of them were submitted to it)."""
-    run(paths, ["scancel", "--full", "--partition", "compute"], timeout=10)
+    run(paths, ["scancel", "--full", "--partition", SLURM_PARTITION], timeout=10)
 
 
 def resume(paths: Paths, node: str) -> None:
