@@ -1,6 +1,9 @@
 """ReFrame configuration for fabreg.
 
-Systems: ``local`` (any host not matched by another system; local scheduler).
+Systems: ``local`` (any host not matched by another system; local scheduler);
+``minicluster`` (the emulated Slurm cluster of ``fabreg cluster up``, chosen only
+with ``--system minicluster``; see docs/cluster.md). A real cluster adds its own
+system in a second file: ``-C reframe-config.py -C site.py`` (docs/site.md).
 Environments: one per MPI implementation (``openmpi``, ``mpich``, ``mvapich2``).
 An environment whose MPI is not installed stays defined: the checks skip it
 with a reason (see ``fabreg.testlib.mpi``), so nothing is dropped silently.
@@ -34,6 +37,8 @@ Partition ``extras`` used by the checks (docs/transports.md):
 import os
 import shlex
 import shutil
+
+from fabreg.cluster import reframe_system as minicluster
 
 FABREG_ROOT = os.path.dirname(os.path.abspath(__file__))
 PERFLOG_DIR = os.environ.get('FABREG_PERFLOG_DIR', os.path.join(FABREG_ROOT, 'perflogs'))
@@ -134,6 +139,9 @@ PERFLOG_IGNORE = [f'check_{name}' for name in (
     'display_name', 'environ', 'partition', 'system',
 )]
 
+if minicluster.selected():
+    minicluster.use_cluster()  # SLURM_CONF for sbatch/squeue; a clear error if it is down
+
 site_configuration = {
     'systems': [
         {
@@ -161,8 +169,9 @@ site_configuration = {
                 },
             ],
         },
+        minicluster.system(environs=['openmpi', 'mpich', 'mvapich2']),
     ],
-    'environments': local_environments,
+    'environments': local_environments + minicluster.environments(local_environments),
     # --mode nightly | acceptance | quick (docs/references.md#modes)
     'modes': [
         {'name': 'quick', 'options': ['--tag=quick']},

@@ -26,6 +26,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     # workloads (issue 6): fabric counters, bounded stress traffic
     "fabreg.commands.counters",
     "fabreg.commands.stress",
+    # the emulated Slurm cluster (issue 4)
+    "fabreg.cluster.cli",
 )
 
 

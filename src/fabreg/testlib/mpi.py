@@ -34,6 +34,7 @@ from reframe.core.logging import getlogger
 
 from fabreg import transport as tx
 from fabreg.errors import FabregError
+from fabreg.testlib.jobs import SchedulerEndingMixin
 
 _warned: set[str] = set()
 
@@ -123,7 +124,7 @@ class ArgvLauncher(JobLauncher):
         return [arg.format(**fields) for arg in self._argv]
 
 
-class MpiCheck(rfm.RunOnlyRegressionTest):
+class MpiCheck(rfm.RunOnlyRegressionTest, SchedulerEndingMixin):
     """Base of every check that launches MPI ranks."""
 
     valid_systems = ["*"]
