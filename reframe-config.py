@@ -1,6 +1,9 @@
 """ReFrame configuration for fabreg.
 
-Systems: ``local`` (any host not matched by another system; local scheduler).
+Systems: ``local`` (any host not matched by another system; local scheduler);
+``minicluster`` (the emulated Slurm cluster of ``fabreg cluster up``, chosen only
+with ``--system minicluster``; see docs/cluster.md). A real cluster adds its own
+system in a second file: ``-C reframe-config.py -C site.py`` (docs/site.md).
 Environments: one per MPI implementation (``openmpi``, ``mpich``, ``mvapich2``).
 An environment whose MPI is not installed stays defined: the checks skip it
 with a reason (see ``fabreg.testlib.mpi``), so nothing is dropped silently.
@@ -12,11 +15,30 @@ Environment ``extras`` used by the checks:
   ``{num_tasks_per_node}`` and ``{num_nodes}`` placeholders; leave it out to use
   the partition's launcher (e.g. ``srun`` on a site cluster);
 - ``osu_prefix``: an OSU Micro-Benchmarks install prefix; when set, the checks
-  run the real OSU binaries instead of the bundled probes.
+  run the real OSU binaries instead of the bundled probes;
+- ``provider``: where benchmarks come from, ``spack``, ``prefix``, ``probes`` or
+  ``auto`` (default: $FABREG_PROVIDER, else ``auto`` = ``osu_prefix`` if set, else
+  the probes); ``spack_mpi``: the MPI spec the Spack-built benchmarks must depend on
+  (default: the ``mpi`` name).
+
+Partition ``extras`` used by the checks (docs/transports.md):
+
+- ``max_nodes``: nodes one job may span (default 1); the ``nodes`` parameter
+  runs 1, 2, 4, ... up to it;
+- ``ranks_per_node``: ranks per node for collectives (default 2 on one node, 1 across);
+- ``rdma_devices`` / ``tcp_interfaces``: devices the transports must use
+  (``UCX_NET_DEVICES``, ``btl_tcp_if_include``, ``MV2_IBA_HCA``);
+- ``transports``: the transports the partition offers, when detection on the
+  host that runs ReFrame would not tell (e.g. a login node without RDMA devices);
+- ``spack_site``, ``spack_without``, ``spack_install_tree``: how the Spack provider
+  builds spack.yaml there (fabreg.testlib.spack, docs/spack.md).
 """
 
 import os
+import shlex
 import shutil
+
+from fabreg.cluster import reframe_system as minicluster
 
 FABREG_ROOT = os.path.dirname(os.path.abspath(__file__))
 PERFLOG_DIR = os.environ.get('FABREG_PERFLOG_DIR', os.path.join(FABREG_ROOT, 'perflogs'))
@@ -40,6 +62,12 @@ def _osu_prefix(mpi):
     """Where real OSU binaries for ``mpi`` live, if the user said so."""
     return os.environ.get(f'FABREG_OSU_PREFIX_{mpi.upper()}', '')
 
+
+# The fabric change an acceptance run is for (ticket, firmware version...): the session's
+# `change` extra in the results database. Commas and '=' would split ReFrame's key=value list.
+FABREG_CHANGE = (os.environ.get('FABREG_CHANGE', '').strip().replace(',', ';').replace('=', ':')
+                 or 'unspecified')
+ACCEPTANCE_REPEATS = int(os.environ.get('FABREG_ACCEPTANCE_REPEATS', '3'))
 
 _OMPI_AS_ROOT = {
     # Harmless for normal users; lets OpenMPI start ranks on root-only CI hosts.
@@ -88,6 +116,7 @@ local_environments = [
             'launcher': [_prefixed('FABREG_MVAPICH2_PREFIX', 'mpiexec', 'mpiexec.mvapich2'),
                          '-n', '{num_tasks}'],
             'osu_prefix': _osu_prefix('mvapich2'),
+            'spack_mpi': 'mvapich2 fabrics=mrail',
             'install_hint': ('build it with Spack (spack install mvapich2, see docs/spack.md) '
                              'and set FABREG_MVAPICH2_PREFIX to its install prefix'),
         },
@@ -110,6 +139,9 @@ PERFLOG_IGNORE = [f'check_{name}' for name in (
     'display_name', 'environ', 'partition', 'system',
 )]
 
+if minicluster.selected():
+    minicluster.use_cluster()  # SLURM_CONF for sbatch/squeue; a clear error if it is down
+
 site_configuration = {
     'systems': [
         {
@@ -123,17 +155,32 @@ site_configuration = {
                     'descr': 'All cores of this host',
                     'scheduler': 'local',
                     'launcher': 'local',
-                    'environs': ['openmpi', 'mpich', 'mvapich2'],
+                    # builtin: checks without MPI (perftest, ucx_perftest).
+                    'environs': ['openmpi', 'mpich', 'mvapich2', 'builtin'],
                     # Benchmarks must not share the host with each other.
                     'max_jobs': 1,
-                    'extras': {'max_nodes': 1},
+                    'extras': {
+                        'max_nodes': 1,
+                        # Spack here: Debian's OpenMPI/MPICH as externals
+                        # (spack/sites/local.yaml); no MVAPICH2 and no OSU tarball in
+                        # the local mirror, so the Spack provider builds the probes.
+                        'spack_without': ['mvapich2', 'osu-micro-benchmarks'],
+                    },
                 },
             ],
         },
+        minicluster.system(environs=['openmpi', 'mpich', 'mvapich2']),
     ],
-    'environments': local_environments,
+    'environments': local_environments + minicluster.environments(local_environments),
+    # --mode nightly | acceptance | quick (docs/references.md#modes)
     'modes': [
         {'name': 'quick', 'options': ['--tag=quick']},
+        {'name': 'nightly', 'options': ['--session-extras=mode=nightly']},
+        {'name': 'acceptance', 'options': [
+            '--setvar=references_required=1',
+            f'--repeat={ACCEPTANCE_REPEATS}',
+            shlex.quote(f'--session-extras=mode=acceptance,change={FABREG_CHANGE}'),
+        ]},
     ],
     'general': [
         {

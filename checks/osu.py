@@ -7,52 +7,52 @@ thresholds live in ``checks/references/<system>.yaml``.
 
 import reframe as rfm
 
-from fabreg.testlib.osu import OsuCheck
+from fabreg.testlib.osu import OsuCollective, OsuPointToPoint
 
 
 @rfm.simple_test
-class OsuLatency(OsuCheck):
+class OsuLatency(OsuPointToPoint):
     benchmark = "osu_latency"
     tags = {"osu", "pt2pt", "quick"}
 
 
 @rfm.simple_test
-class OsuBandwidth(OsuCheck):
+class OsuBandwidth(OsuPointToPoint):
     benchmark = "osu_bw"
     tags = {"osu", "pt2pt", "quick"}
 
 
 @rfm.simple_test
-class OsuBiBandwidth(OsuCheck):
+class OsuBiBandwidth(OsuPointToPoint):
     benchmark = "osu_bibw"
     tags = {"osu", "pt2pt"}
 
 
 @rfm.simple_test
-class OsuAllreduce(OsuCheck):
+class OsuAllreduce(OsuCollective):
     benchmark = "osu_allreduce"
     tags = {"osu", "collective", "quick"}
 
 
 @rfm.simple_test
-class OsuBcast(OsuCheck):
+class OsuBcast(OsuCollective):
     benchmark = "osu_bcast"
     tags = {"osu", "collective"}
 
 
 @rfm.simple_test
-class OsuAlltoall(OsuCheck):
+class OsuAlltoall(OsuCollective):
     benchmark = "osu_alltoall"
     tags = {"osu", "collective"}
 
 
 @rfm.simple_test
-class OsuReduce(OsuCheck):
+class OsuReduce(OsuCollective):
     benchmark = "osu_reduce"
     tags = {"osu", "collective"}
 
 
 @rfm.simple_test
-class OsuAllgather(OsuCheck):
+class OsuAllgather(OsuCollective):
     benchmark = "osu_allgather"
     tags = {"osu", "collective"}

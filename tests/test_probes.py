@@ -188,7 +188,7 @@ def test_every_probe_is_built(built):
 def test_makefile_builds_new_standalone_probes_installs_and_cleans(openmpi_or_mpich, tmp_path):
     """A new *.c beside the others becomes a program; install puts all into PREFIX/bin."""
     src = tmp_path / "src"
-    shutil.copytree(PROBES_SRC, src, ignore=shutil.ignore_patterns("osu_*"))
+    shutil.copytree(PROBES_SRC, src, ignore=shutil.ignore_patterns("osu_*", "fabreg_*"))
     shutil.copy(PROBES_SRC / "osu_latency.c", src)
     (src / "hello_standalone.c").write_text(
         '#include <mpi.h>\n#include <stdio.h>\n'

@@ -82,3 +82,34 @@ def test_malformed_files_name_file_and_key(tmp_path, text, message):
         _table(text, tmp_path)
     assert str(tmp_path / "sys.yaml") in str(err.value)
     assert message in str(err.value)
+
+
+def test_assessment_bands_deviation_and_notes(tmp_path):
+    from fabreg.references import Assessment, summarize
+
+    t = _table("""
+references:
+  - {benchmark: b, metric: latency, value: 10, unit: us, warn: 0.1, fail: 0.5}
+  - {benchmark: b, metric: bandwidth, value: 1000, unit: MB/s, warn: 0.1, fail: 0.5}
+""", tmp_path)
+    lat, bw = t.lookup(benchmark="b", metric="latency"), t.lookup(benchmark="b", metric="bandwidth")
+    ok = Assessment("latency_8B", 9.0, "us", lat)
+    warn = Assessment("latency_1KB", 12.0, "us", lat)
+    fail = Assessment("bandwidth_1MB", 400.0, "MB/s", bw)
+    missing = Assessment("latency_4MB", 3.0, "us", None)
+    assert [a.verdict for a in (ok, warn, fail, missing)] == ["ok", "warn", "fail", "missing"]
+    assert (ok.deviation, warn.deviation, fail.deviation, missing.deviation) == (
+        0.1, -0.2, -0.6, None)
+    assert warn.describe() == (
+        "latency_1KB: 12 us vs 10 us (-20.0%; warn beyond -10%, fail beyond -50%): warn")
+    assert missing.describe() == "latency_4MB: no reference"
+
+    assert summarize([ok]).status == "ok" and summarize([ok]).notes == ""
+    s = summarize([ok, warn])
+    assert (s.status, s.deviations) == ("warn", {"latency_8B": 0.1, "latency_1KB": -0.2})
+    assert s.notes == warn.describe()
+    assert summarize([ok, warn, missing]).status == "missing"
+    assert summarize([missing, fail]).status == "fail"
+    assert summarize([ok, missing]).missing == ["latency_4MB"]
+    assert summarize([]).status == ""
+    assert "|" not in summarize([ok, warn, fail, missing]).notes

@@ -181,3 +181,57 @@ def _parse_row(index: int, row: Any, defaults: dict[str, float], source: str) ->
 def reference_file(checks_dir: str | Path, system: str) -> Path:
     """Where the references of ``system`` live."""
     return Path(checks_dir) / "references" / f"{system}.yaml"
+
+
+#: Verdicts from best to worst; a test's ``ref_status`` is the worst of its values.
+VERDICTS = ("ok", "warn", "missing", "fail")
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """One measured value against its reference (``ref`` is None when there is none)."""
+
+    name: str
+    value: float
+    unit: str
+    ref: Reference | None
+
+    @property
+    def verdict(self) -> str:
+        return "missing" if self.ref is None else self.ref.verdict(self.value)
+
+    @property
+    def deviation(self) -> float | None:
+        """Signed relative deviation, positive = better; None without a reference."""
+        return None if self.ref is None else round(self.ref.deviation(self.value), 4)
+
+    def describe(self) -> str:
+        """One line for logs and the perflog (never contains the perflog's ``|``)."""
+        if self.ref is None:
+            return f"{self.name}: no reference"
+        ref = self.ref
+        return (f"{self.name}: {self.value:g} {self.unit} vs {ref.value:g} {ref.unit} "
+                f"({self.deviation:+.1%}; warn beyond -{ref.warn:.0%}, fail beyond "
+                f"-{ref.fail:.0%}): {self.verdict}")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What a test reports about its references: worst verdict, deviations, notes."""
+
+    status: str
+    deviations: dict[str, float | None]
+    notes: str
+
+    @property
+    def missing(self) -> list[str]:
+        return [name for name, dev in self.deviations.items() if dev is None]
+
+
+def summarize(assessments: list[Assessment]) -> Summary:
+    """Fold per-value assessments into the test's status; notes name what is not ``ok``."""
+    if not assessments:
+        return Summary("", {}, "")
+    status = max((a.verdict for a in assessments), key=VERDICTS.index)
+    notes = "; ".join(a.describe() for a in assessments if a.verdict != "ok")
+    return Summary(status, {a.name: a.deviation for a in assessments}, notes)

@@ -5,18 +5,36 @@ own (``mpirun.openmpi``, ``mpiexec.mpich``). An environment may therefore name
 its launcher in ``extras['launcher']`` (argv with ``{num_tasks}``,
 ``{num_tasks_per_node}``, ``{num_nodes}`` placeholders); checks use it instead
 of the partition's. Without it, the partition launcher (e.g. ``srun``) is kept.
+
+Every MPI check runs the matrix MPI x transport x node count (docs/transports.md):
+``mpi`` comes from the environment, ``transport`` and ``nodes`` are parameters.
+``nodes`` is generated when the checks load, from the largest ``max_nodes`` in
+the partitions' ``extras`` (1, 2, 4, ... and that maximum), and every test case
+is restricted at init to what can exist: partitions offering that many nodes,
+environments whose MPI can select the transport, and only transports whose
+scope fits the node count (``shm`` on one node, inter-node ones on two or more).
+Impossible combinations are therefore never generated; possible ones that this
+partition cannot run (no RDMA device, MPI build without the channel) are skipped
+at setup with the reason from ``fabreg.transport.availability_problem``.
 """
 
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 from typing import Any
 
 import reframe as rfm
 import reframe.core.runtime as rt
-from reframe.core.builtins import run_after, run_before, variable
+import reframe.utility.typecheck as typ
+from reframe.core.builtins import parameter, run_after, run_before, variable
+from reframe.core.exceptions import ReframeError, ReframeFatalError, SanityError
 from reframe.core.launchers import JobLauncher
 from reframe.core.logging import getlogger
+
+from fabreg import transport as tx
+from fabreg.errors import FabregError
+from fabreg.testlib.jobs import SchedulerEndingMixin
 
 _warned: set[str] = set()
 
@@ -62,6 +80,36 @@ def warn_unavailable_environments(valid_prog_environs: list[str]) -> None:
                 getlogger().warning(f"environment {env.name!r} will be skipped: {reason}")
 
 
+def _partitions() -> list[Any]:
+    """The current system's partitions; empty outside a ReFrame session (unit tests)."""
+    try:
+        return list(rt.runtime().system.partitions)
+    except ReframeFatalError:  # "no runtime context is configured"
+        return []
+
+
+def max_nodes(partition: Any) -> int:
+    """How many nodes a partition offers to one job (``extras['max_nodes']``, default 1)."""
+    value = partition.extras.get("max_nodes", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ReframeError(f"partition {partition.fullname}: extras['max_nodes'] must be a "
+                           f"positive integer, got {value!r}")
+    return value
+
+
+def node_counts(partitions: list[Any] | None = None) -> list[int]:
+    """1, 2, 4, ... up to the largest ``max_nodes`` of the partitions, plus that maximum.
+
+    Outside a ReFrame session (no configuration loaded) this is ``[1, 2]``.
+    """
+    parts = _partitions() if partitions is None else partitions
+    top = max((max_nodes(p) for p in parts), default=2)
+    counts = [1]
+    while counts[-1] * 2 <= top:
+        counts.append(counts[-1] * 2)
+    return counts + ([top] if counts[-1] != top else [])
+
+
 class ArgvLauncher(JobLauncher):
     """A launcher given as an argv template by the environment."""
 
@@ -76,7 +124,7 @@ class ArgvLauncher(JobLauncher):
         return [arg.format(**fields) for arg in self._argv]
 
 
-class MpiCheck(rfm.RunOnlyRegressionTest):
+class MpiCheck(rfm.RunOnlyRegressionTest, SchedulerEndingMixin):
     """Base of every check that launches MPI ranks."""
 
     valid_systems = ["*"]
@@ -91,14 +139,108 @@ class MpiCheck(rfm.RunOnlyRegressionTest):
     #: Extra launcher arguments (e.g. transport selection), placed before the executable.
     launch_options = variable(list, value=[], loggable=False)
 
+    #: What carries the traffic (``fabreg.transport.TRANSPORTS``); the perflog's ``transport``.
+    transport = parameter(list(tx.TRANSPORTS))
+
+    #: Nodes the run spans: 1, 2, 4, ... up to the partitions' ``max_nodes``.
+    nodes = parameter(node_counts())
+
+    #: Ranks per node; 0 lets the check decide (``placement``).
+    ranks_per_node = variable(int, value=0, loggable=False)
+
+    #: Prove from the MPI's own logs which transport ran, and fail on a mismatch.
+    verify_transport = variable(typ.Bool, value=True, loggable=False)
+
+    #: The transport the run's logs show (``tcp``, ``tcp+shm``); perflog column.
+    transport_used = variable(str, value="", loggable=True)
+
     @run_after("init")
     def announce_unavailable_environments(self) -> None:
         warn_unavailable_environments(self.valid_prog_environs)
+
+    @run_after("init")
+    def restrict_to_valid_combinations(self) -> None:
+        """Keep only partitions and environments where this (transport, nodes) can exist.
+
+        Narrows what ``valid_systems``/``valid_prog_environs`` already allow (so
+        ``-S valid_prog_environs=mpich`` still selects), never widens it.
+        """
+        scope = tx.TRANSPORTS[self.transport]
+        if (scope == tx.INTRA_NODE) != (self.nodes == 1):
+            self.valid_systems = []
+            return
+        if not _partitions():
+            return
+        allowed = rt.valid_sysenv_comb(self.valid_systems, self.valid_prog_environs)
+        parts = [p for p in allowed if max_nodes(p) >= self.nodes]
+        self.valid_systems = [p.fullname for p in parts]
+        self.valid_prog_environs = sorted({
+            env.name for p in parts for env in allowed[p]
+            if "mpi" in env.features and self.transport in tx.SUPPORTED.get(mpi_name(env), ())
+        })
 
     @run_after("setup")
     def skip_unavailable_mpi(self) -> None:
         self.skip_if(bool(reason := unavailable_reason(self.current_environ)), reason or "")
         self.mpi = mpi_name(self.current_environ)
+
+    def placement(self) -> tuple[int, int]:
+        """(nodes, ranks per node) of this run.
+
+        ``ranks_per_node`` if set, else the partition's ``extras['ranks_per_node']``,
+        else 2 on one node and 1 across nodes. Point-to-point checks override this.
+        """
+        rpn = self.ranks_per_node or int(self.current_partition.extras.get("ranks_per_node", 0))
+        return self.nodes, rpn or (2 if self.nodes == 1 else 1)
+
+    def launch_spec(self) -> tx.LaunchSpec:
+        """How this run selects its transport (``fabreg.transport``), or a skip with the reason."""
+        part, env = self.current_partition, self.current_environ
+        try:
+            net = tx.NetConfig.from_extras(part.extras, f"partition {part.fullname}")
+        except FabregError as err:
+            raise ReframeError(str(err)) from None
+        inventory = tx.detect(self.mpi, env.extras.get("launcher"),
+                              declared=part.extras.get("transports"))
+        problem = tx.availability_problem(self.mpi, self.transport, inventory, net)
+        self.skip_if(bool(problem), f"{self.transport} is unavailable for {self.mpi} on "
+                                    f"{part.fullname}: {problem}")
+        nodes, rpn = self.placement()
+        try:
+            return tx.launch_spec(self.mpi, self.transport, nodes=nodes, ranks_per_node=rpn,
+                                  net=net, inventory=inventory, verify=self.verify_transport)
+        except FabregError as err:
+            raise ReframeError(str(err)) from None
+
+    def launcher_style(self) -> str:
+        argv = self.current_environ.extras.get("launcher") or [
+            getattr(self.job.launcher, "registered_name", "")]
+        return tx.launcher_style(self.mpi, argv)
+
+    @run_after("setup")
+    def select_transport(self) -> None:
+        spec = self.launch_spec()
+        self.num_nodes = spec.nodes
+        self.num_tasks = spec.nodes * spec.ranks_per_node
+        self.num_tasks_per_node = spec.ranks_per_node
+        style = self.launcher_style()
+        self.env_vars.update(spec.environment(style))
+        self.launch_options = spec.options(style) + list(self.launch_options)
+
+    @run_after("sanity")
+    def check_transport_used(self) -> None:
+        """Fail unless the MPI's own logs show the transport asked for (docs/transports.md)."""
+        if self.is_dry_run():  # nothing ran: no logs to read
+            return
+        if not self.verify_transport:
+            self.transport_used = "unverified"
+            return
+        output = "".join(Path(self.stagedir, str(f.evaluate())).read_text(errors="replace")
+                         for f in (self.stdout, self.stderr))
+        result = tx.verify(self.launch_spec(), output)
+        self.transport_used = result.used or "none"
+        if not result.ok:
+            raise SanityError(f"transport verification failed: {result.problem}")
 
     @run_before("run")
     def use_environment_launcher(self) -> None:

@@ -1,9 +1,11 @@
 """OSU Micro-Benchmarks as ReFrame checks: binaries fixture, sanity, performance variables.
 
-The binaries come from a provider (``fabreg.providers``): real OSU under an
-install prefix when the environment names one, else fabreg's probes, built once
-per environment by the ``OsuBinaries`` fixture. Both print OSU 7.x output, so
-one parser (``fabreg.parsers.osu``) serves both.
+The binaries come from a provider (``fabreg.providers``): Spack (the suite's
+environment, installed once per partition by ``fabreg.testlib.spack.SpackStack``)
+when the environment asks for it, real OSU under an install prefix when the
+environment names one, else fabreg's probes, built once per environment by the
+``OsuBinaries`` fixture. All print OSU 7.x output, so one parser
+(``fabreg.parsers.osu``) serves them all.
 """
 
 from __future__ import annotations
@@ -13,15 +15,26 @@ from pathlib import Path
 import reframe as rfm
 import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
-from reframe.core.builtins import fixture, run_after, run_before, sanity_function, variable
+from reframe.core.builtins import (
+    fixture,
+    parameter,
+    run_after,
+    run_before,
+    sanity_function,
+    variable,
+)
 from reframe.core.exceptions import ReframeError, SanityError
 
-from fabreg import providers
+from fabreg import busbw, providers
 from fabreg.errors import FabregError
 from fabreg.metrics import perfvar_name
 from fabreg.parsers.osu import OsuResult, parse_osu, powers_of_two, table_problem
-from fabreg.references import ReferenceTable, reference_file
-from fabreg.testlib.mpi import MpiCheck, unavailable_reason
+from fabreg.testlib.mpi import MpiCheck, mpi_name, unavailable_reason
+from fabreg.testlib.references import ReferenceKeys, ReferencesMixin
+from fabreg.testlib.spack import SpackStack, choose_spec
+
+#: Spack packages that provide the OSU binaries, in order of preference.
+SPACK_OSU_PACKAGES = ("osu-micro-benchmarks", "fabreg-probes")
 
 KB, MB = 1 << 10, 1 << 20
 
@@ -41,19 +54,36 @@ PT2PT = ("osu_latency", "osu_bw", "osu_bibw")
 
 
 class OsuBinaries(rfm.CompileOnlyRegressionTest):
-    """Fixture: the OSU binaries of one environment (real OSU or the bundled probes)."""
+    """Fixture: the OSU binaries of one environment (Spack, real OSU or the bundled probes)."""
 
-    #: ``osu-prefix`` or ``fabreg-probes``.
+    #: ``spack``, ``osu-prefix`` or ``fabreg-probes``.
     provider = variable(str, value="")
-    #: Install prefix (osu-prefix) or build directory (probes).
+    #: Install prefix (spack, osu-prefix) or build directory (probes).
     location = variable(str, value="")
+    #: The Spack spec used (``name@version/hash7``), its full DAG hash, the spack.lock digest.
+    spack_spec = variable(str, value="")
+    spack_hash = variable(str, value="")
+    spack_lock = variable(str, value="")
 
     build_system = "Make"
+
+    spack_stack = fixture(SpackStack, scope="partition")
 
     @run_after("setup")
     def choose_provider(self) -> None:
         self.skip_if(bool(reason := unavailable_reason(self.current_environ)), reason or "")
-        prefix = self.current_environ.extras.get("osu_prefix")
+        extras = self.current_environ.extras
+        try:
+            requested = providers.requested_provider(extras)
+        except FabregError as err:
+            raise ReframeError(str(err)) from None
+        if requested == providers.SPACK and self.spack_stack.active:
+            self.use_spack()
+            return
+        prefix = extras.get("osu_prefix") if requested != "probes" else None
+        if requested == "prefix" and not prefix:
+            raise ReframeError(f"environment {self.current_environ.name!r} asks for provider "
+                               "'prefix' but sets no extras['osu_prefix']")
         if prefix:
             problem = providers.osu_prefix_problem(prefix, list(BENCHMARKS))
             if problem:
@@ -70,6 +100,28 @@ class OsuBinaries(rfm.CompileOnlyRegressionTest):
         self.provider, self.location = providers.PROBES, self.stagedir
         self.build_system.max_concurrency = 1
 
+    def use_spack(self) -> None:
+        """Take this environment's MPI benchmarks from the partition's Spack install."""
+        extras = self.current_environ.extras
+        mpi_spec = str(extras.get("spack_mpi") or mpi_name(self.current_environ))
+        self.provider = providers.SPACK
+        self.sourcesdir = None
+        self.build_system = "CustomBuild"
+        if self.is_dry_run():
+            self.location = f"<spack: {' or '.join(SPACK_OSU_PACKAGES)} ^{mpi_spec}>"
+            self.build_system.commands = [f'echo "would use {self.location}"']
+            return
+        records = self.spack_stack.specs()
+        chosen = choose_spec(records, mpi_spec, SPACK_OSU_PACKAGES)
+        if chosen is None:
+            built = ", ".join(f"{r.short} ^{r.mpi}" for r in records) or "nothing"
+            raise ReframeError(f"the Spack environment has no {' or '.join(SPACK_OSU_PACKAGES)} "
+                               f"built against {mpi_spec} (it has: {built})")
+        self.location = chosen.prefix
+        self.spack_spec, self.spack_hash = chosen.short, chosen.hash
+        self.spack_lock = self.spack_stack.lock
+        self.build_system.commands = [f'echo "using {chosen.short} from {chosen.prefix}"']
+
     @sanity_function
     def binaries_present(self) -> sn.Deferrable:
         return sn.all(
@@ -78,20 +130,27 @@ class OsuBinaries(rfm.CompileOnlyRegressionTest):
         )
 
     def path_of(self, benchmark: str) -> str | None:
-        if self.provider == providers.OSU_PREFIX:
+        if self.provider == providers.SPACK and self.is_dry_run():
+            return None
+        if self.provider in (providers.OSU_PREFIX, providers.SPACK):
             found = providers.find_osu_binary(self.location, benchmark)
             return str(found) if found else None
         path = Path(self.stagedir) / benchmark
         return str(path) if path.is_file() else None
 
 
-class OsuCheck(MpiCheck):
+class OsuCheck(MpiCheck, ReferencesMixin):
     """One OSU benchmark: its full size curve, sanity on every row, figures at chosen sizes."""
 
     #: OSU binary name, e.g. ``osu_latency``.
     benchmark = variable(str, loggable=True)
     #: Where the binary came from (perflog column).
     provider = variable(str, value="", loggable=True)
+    #: With provider spack: the spec (``name@version/hash7``), its DAG hash and the digest of
+    #: the environment's spack.lock; a change here is a build change (perflog columns).
+    spack_spec = variable(str, value="", loggable=True)
+    spack_hash = variable(str, value="", loggable=True)
+    spack_lock = variable(str, value="", loggable=True)
     #: Message sizes that become performance variables.
     perf_sizes = variable(typ.List[int], value=[], loggable=False)
     #: Largest size run (the curve spans 1 B .. max_size); defaults to the largest perf size.
@@ -104,7 +163,6 @@ class OsuCheck(MpiCheck):
 
     osu_binaries = fixture(OsuBinaries, scope="environment")
 
-    num_tasks = 2
     time_limit = "10m"
 
     @run_after("init")
@@ -119,6 +177,9 @@ class OsuCheck(MpiCheck):
     @run_after("setup")
     def set_executable(self) -> None:
         self.provider = self.osu_binaries.provider
+        self.spack_spec = self.osu_binaries.spack_spec
+        self.spack_hash = self.osu_binaries.spack_hash
+        self.spack_lock = self.osu_binaries.spack_lock
         self.executable = self.osu_binaries.path_of(self.benchmark) or self.benchmark
         opts = ["-m", f"1:{self.max_size}"]
         if self.iterations:
@@ -130,30 +191,22 @@ class OsuCheck(MpiCheck):
         self.executable_opts = opts
         self.keep_files = ["osu_curve.tsv"]
 
-    @run_after("setup")
-    def set_references(self) -> None:
-        path = reference_file(self.prefix, self.current_system.name)
-        if not path.is_file():
-            return
-        try:
-            table = ReferenceTable.load(path)
-        except FabregError as err:
-            raise ReframeError(str(err)) from None
-        metric, unit, _ = BENCHMARKS[self.benchmark]
-        refs = {}
+    def reference_keys(self) -> ReferenceKeys:
+        """Each size's figure needs a reference; a bus bandwidth may have one."""
+        metric, _, _ = BENCHMARKS[self.benchmark]
+        keys: ReferenceKeys = {}
         for size in self.perf_sizes:
-            ref = table.lookup(**self.reference_key(metric, size))
-            if ref is not None:
-                refs[perfvar_name(metric, size)] = ref.reframe_tuple()
-        if refs:
-            self.reference = {"*": refs}
+            keys[perfvar_name(metric, size)] = (self.reference_key(metric, size), True)
+            if busbw.collective(self.benchmark):
+                keys[perfvar_name("busbw", size)] = (self.reference_key("busbw", size), False)
+        return keys
 
     def reference_key(self, metric: str, size: int) -> dict[str, object]:
         """What identifies this test's reference row; subclasses add their parameters."""
         return {
             "benchmark": self.benchmark, "metric": metric, "size": size,
             "mpi": self.mpi or self.current_environ.extras.get("mpi"),
-            "transport": getattr(self, "transport", None), "nodes": self.num_nodes,
+            "transport": self.transport, "nodes": self.nodes,
         }
 
     def parsed(self) -> OsuResult:
@@ -161,6 +214,8 @@ class OsuCheck(MpiCheck):
 
     @run_before("sanity")
     def keep_curve(self) -> None:
+        if self.is_dry_run():  # nothing ran: no output to keep
+            return
         result = self.parsed()
         lines = ["size\t" + "\t".join(result.columns)]
         lines += [f"{size}\t" + "\t".join(str(row[c]) for c in result.columns)
@@ -181,6 +236,33 @@ class OsuCheck(MpiCheck):
             perfvar_name(metric, size): sn.make_performance_function(self._value_at, unit, size)
             for size in self.perf_sizes
         }
+        if busbw.collective(self.benchmark):
+            self.perf_variables.update({
+                perfvar_name("busbw", size): sn.make_performance_function(
+                    self._busbw_at, busbw.UNIT, size)
+                for size in self.perf_sizes
+            })
 
     def _value_at(self, size: int) -> float:
         return self.parsed().value(size)
+
+    def _busbw_at(self, size: int) -> float:
+        return busbw.bus_bandwidth(self.benchmark, size, self._value_at(size), self.num_tasks)
+
+
+class OsuPointToPoint(OsuCheck):
+    """A two-rank OSU test: two ranks on one node (shm), else one rank on each of two nodes."""
+
+    nodes = parameter(inherit_params=True, filter_params=lambda counts: [
+        n for n in counts if n <= 2])
+
+    def placement(self) -> tuple[int, int]:
+        return self.nodes, 2 if self.nodes == 1 else 1
+
+
+class OsuCollective(OsuCheck):
+    """A collective over every node of the run, ``ranks_per_node`` ranks on each.
+
+    Its figures at each size are the average latency and the bus bandwidth
+    (``busbw_<size>``, nccl-tests' definition, see ``fabreg.busbw``).
+    """

@@ -1,0 +1,120 @@
+"""The ``minicluster`` ReFrame system: a Slurm partition over the running emulated cluster.
+
+Read by reframe-config.py. The node count comes from the cluster's state file, so
+the checks' node-count parameter follows whatever `fabreg cluster up --nodes N`
+created (``extras['max_nodes']``). The system matches no host name: it is chosen
+with ``--system minicluster`` only, so the ``local`` default is never taken over.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from fabreg.cluster.layout import NODE_IFACE, SLURM_PARTITION, Layout, Paths, state_dir
+from fabreg.cluster.state import load
+from fabreg.siteconfig import slurm_partition
+
+SYSTEM = "minicluster"
+
+#: What carries MPI traffic on the emulated cluster (names of fabreg.transport).
+TRANSPORTS = ("tcp", "tcp_ob1", "shm")
+
+
+def selected(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None) -> bool:
+    """Whether this ReFrame session runs on the minicluster (``--system minicluster``)."""
+    argv = sys.argv if argv is None else argv
+    env = os.environ if environ is None else environ
+    chosen = env.get("RFM_SYSTEM", "")
+    for i, arg in enumerate(argv):
+        if arg == "--system" and i + 1 < len(argv):
+            chosen = argv[i + 1]
+        elif arg.startswith("--system="):
+            chosen = arg.split("=", 1)[1]
+    return chosen.split(":")[0] == SYSTEM
+
+
+def running_layout(paths: Paths | None = None) -> Layout | None:
+    """Layout of the cluster recorded in the state directory, if one was brought up."""
+    paths = paths or Paths(state_dir())
+    try:
+        st = load(paths)
+    except Exception:  # an unreadable state file must not break other systems' runs
+        return None
+    return st.layout if st else None
+
+
+def use_cluster(paths: Paths | None = None) -> None:
+    """Point this process's Slurm commands (sbatch, squeue, scancel) at the emulated cluster.
+
+    Called by reframe-config.py only when ``--system minicluster`` was given.
+    """
+    paths = paths or Paths(state_dir())
+    if running_layout(paths) is None:
+        raise SystemExit(
+            f"fabreg: error: --system {SYSTEM}: no emulated cluster is up (no state in "
+            f"{paths.root}); start one with `sudo .venv/bin/fabreg cluster up --nodes 2`"
+        )
+    os.environ["SLURM_CONF"] = str(paths.slurm_conf)
+    # ReFrame's `squeue` backend asks for its jobs by id; finished ones appear only
+    # with all states requested, and then carry TIMEOUT / NODE_FAIL into job.state.
+    os.environ["SQUEUE_STATES"] = "all"
+
+
+def system(environs: Sequence[str], paths: Paths | None = None) -> dict[str, Any]:
+    """The ``minicluster`` system entry."""
+    layout = running_layout(paths)
+    nodes = layout.nodes if layout else 1
+    descr = (f"emulated {nodes}-node Slurm cluster (network namespaces, `fabreg cluster up`)"
+             if layout else "emulated Slurm cluster: not running (`fabreg cluster up`)")
+    partition = slurm_partition(
+        SLURM_PARTITION, environs=environs, max_nodes=nodes, exclusive=False,
+        # No accounting database (slurmdbd) on the emulated cluster: poll with squeue.
+        scheduler="squeue", launcher="srun", max_jobs=1,
+        descr=f"{nodes} emulated node(s), one slurmd per network namespace",
+        extras={
+            # The nodes' only fabric: TCP over the bridge, through their `fab0`.
+            "tcp_interfaces": [NODE_IFACE],
+            # Detection would run in the host's namespace (no fab0 there), so declare.
+            "transports": list(TRANSPORTS),
+        },
+    )
+    return {
+        "name": SYSTEM,
+        "descr": descr,
+        # Never matched by host name: selected with --system minicluster only.
+        "hostnames": [r"^$"],
+        "modules_system": "nomod",
+        "partitions": [partition],
+    }
+
+
+def environments(base: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The MPI environments of ``base`` adapted to ranks on different emulated nodes.
+
+    The launchers run inside the Slurm job, on the first node, where the only
+    interfaces are ``lo`` and ``fab0``: OpenMPI's ``mpirun`` starts its daemons on
+    the other nodes with srun, MPICH's hydra ``mpiexec`` bootstraps through Slurm.
+    OpenMPI also gets ``--bind-to none``: every emulated node reports the same
+    cores, so binding would pile ranks of different "nodes" onto one core. Both place
+    ``num_tasks_per_node`` ranks per node explicitly (``--npernode`` / ``-ppn``).
+    Which transport carries the traffic is left to ``fabreg.transport``, told by the
+    partition's ``tcp_interfaces`` / ``transports`` extras.
+    """
+    adapted = []
+    for env in base:
+        new = copy.deepcopy(env)
+        new["target_systems"] = [SYSTEM]
+        extras = new.setdefault("extras", {})
+        launcher = list(extras.get("launcher") or [])
+        mpi = extras.get("mpi", new["name"])
+        if launcher and mpi == "openmpi":
+            launcher[1:1] = ["--bind-to", "none", "--npernode", "{num_tasks_per_node}"]
+        elif launcher and mpi == "mpich":
+            launcher[1:1] = ["-ppn", "{num_tasks_per_node}"]
+        extras["launcher"] = launcher
+        adapted.append(new)
+    return adapted

@@ -1,0 +1,118 @@
+"""Per-system references inside a check: two bands, a deviation per value, visible gaps.
+
+``checks/references/<system>.yaml`` (``fabreg.references``) gives each value a
+reference and two tolerances. In a check:
+
+- the *failure* band becomes ReFrame's ``reference`` tuple, so ReFrame asserts it
+  and the perflog's ``V_ref``/``V_*_thres``/``V_result`` columns carry it;
+- the *warning* band is judged here: the test passes, the run output gets a
+  ``WARNING`` line and the perflog's ``ref_status`` column says ``warn``;
+- every value gets a signed relative deviation from its reference, positive is
+  always better, in the perflog's ``deviation`` column (JSON: ``{"latency_8B":
+  -0.031}``, ``null`` where there is no reference);
+- a value without a reference is logged as ``missing`` (``ref_status``, a
+  ``WARNING`` line, ``V_ref`` 0); with ``references_required`` (the
+  ``acceptance`` mode sets it) the test fails, naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import reframe as rfm
+import reframe.utility.osext as osext
+import reframe.utility.typecheck as typ
+from reframe.core.builtins import run_after, run_before, variable
+from reframe.core.exceptions import PerformanceError, ReframeError
+from reframe.core.logging import getlogger
+
+from fabreg.errors import FabregError
+from fabreg.references import Assessment, ReferenceTable, reference_file, summarize
+
+#: What a check's performance variable is looked up by, and whether a reference is required.
+ReferenceKeys = dict[str, tuple[dict[str, Any], bool]]
+
+
+@functools.cache
+def _table(path: str, mtime: float) -> ReferenceTable:
+    return ReferenceTable.load(path)
+
+
+def load_table(path: Path) -> ReferenceTable | None:
+    """The reference table at ``path`` (None if there is no file); errors as ReframeError."""
+    if not path.is_file():
+        return None
+    try:
+        return _table(str(path), path.stat().st_mtime)
+    except FabregError as err:
+        raise ReframeError(str(err)) from None
+
+
+class ReferencesMixin(rfm.RegressionTestPlugin):
+    """Judge a check's performance variables against ``checks/references/<system>.yaml``."""
+
+    #: Fail when a required value has no reference (the ``acceptance`` mode sets this).
+    references_required = variable(typ.Bool, value=False, loggable=False)
+    #: Worst verdict over the values: ``ok``, ``warn``, ``missing`` or ``fail`` (perflog).
+    ref_status = variable(str, value="", loggable=True)
+    #: Signed relative deviation per value, positive = better, None = no reference (perflog).
+    deviation = variable(dict, value={}, loggable=True)
+    #: The values that are not ``ok``, in words (perflog).
+    ref_notes = variable(str, value="", loggable=True)
+
+    def reference_keys(self) -> ReferenceKeys:
+        """Performance variable -> (lookup key for ``ReferenceTable.lookup``, required?)."""
+        return {}
+
+    def reference_path(self) -> Path:
+        return reference_file(self.prefix, self.current_system.name)
+
+    @run_after("setup")
+    def check_reference_file(self) -> None:
+        """A broken reference file fails the test before anything runs."""
+        load_table(self.reference_path())
+
+    @run_before("performance", always_last=True)
+    def judge_against_references(self) -> None:
+        path = self.reference_path()
+        table = load_table(path)
+        keys = self.reference_keys()
+        refs = {var: table.lookup(**key) if table else None for var, (key, _) in keys.items()}
+        self.reference = {"*": {var: ref.reframe_tuple() for var, ref in refs.items() if ref}}
+        assessments = []
+        with osext.change_dir(self.stagedir):
+            for var, fn in self.perf_variables.items():
+                if var not in keys or (refs[var] is None and not keys[var][1]):
+                    continue
+                try:
+                    value = float(fn.evaluate())
+                except Exception:  # ReFrame reports the evaluation failure itself
+                    continue
+                assessments.append(Assessment(var, value, fn.unit, refs[var]))
+        summary = summarize(assessments)
+        self.ref_status, self.deviation, self.ref_notes = (
+            summary.status, summary.deviations, summary.notes)
+        if summary.missing and table is None:
+            self.ref_notes = f"no reference file {self._shown(path)}; " + summary.notes
+        if summary.notes:
+            getlogger().warning(f"{self.display_name}: {self.ref_notes}")
+
+    @run_after("performance")
+    def require_references(self) -> None:
+        missing = [name for name, dev in self.deviation.items() if dev is None]
+        if self.references_required and missing:
+            key = {k: v for k, v in self.reference_keys()[missing[0]][0].items()
+                   if k not in ("metric", "size")}
+            raise PerformanceError(
+                f"references are required (acceptance mode) but "
+                f"{self._shown(self.reference_path())} has none for {', '.join(missing)} "
+                f"({', '.join(f'{k}={v}' for k, v in key.items())})")
+
+    def _shown(self, path: Path) -> str:
+        """The reference file relative to the checks directory's parent (no host paths)."""
+        try:
+            return str(path.relative_to(Path(self.prefix).parent))
+        except ValueError:
+            return path.name

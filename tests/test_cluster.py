@@ -1,0 +1,257 @@
+"""The suite through real Slurm on an emulated 2-node cluster (network namespaces, bridge).
+
+Brings a cluster up in a temporary state directory, runs the quick subset on two nodes with
+MPI traffic crossing the bridge, degrades one link and sees a bandwidth check fail against its
+reference, restores it, then checks a hung job and a node that dies mid-run. The cluster is
+taken down by the fixture even when a test fails, and the teardown asserts that nothing is left.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_reframe
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+FABREG = [sys.executable, "-m", "fabreg.cli", "cluster"]
+BRIDGE = Path("/sys/class/net/fabregbr0")
+QUICK_CHECKS = ("OsuLatency", "OsuBandwidth", "OsuAllreduce")
+# Fewer iterations for the bandwidth-heavy checks keep a run to minutes on 2 shared cores;
+# a hung MPI job costs 3 minutes, not 10.
+FAST = ["-S", "OsuBandwidth.iterations=20", "-S", "OsuBandwidth.warmup=2",
+        "-S", "OsuAllreduce.iterations=20", "-S", "OsuAllreduce.warmup=2",
+        "-S", "time_limit=3m"]
+FAULT_CHECKS = REPO / "tests" / "cluster_checks"
+
+
+class Cluster:
+    """A running emulated cluster and the commands that act on it."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.env = {"FABREG_CLUSTER_DIR": str(state_dir)}
+
+    def fabreg(self, *args: str, timeout: int = 180) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*FABREG, "--state-dir", str(self.state_dir), *args],
+                              capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+    def slurm(self, *argv: str) -> str:
+        env = {**os.environ, "SLURM_CONF": str(self.state_dir / "slurm.conf"),
+               "SQUEUE_STATES": "all"}
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=30,
+                              env=env, check=False).stdout
+
+    def reframe(self, tmp: Path, *args: str, checks: Path = REPO / "checks",
+                timeout: int = 1800) -> subprocess.CompletedProcess[str]:
+        tmp.mkdir(parents=True, exist_ok=True)
+        return run_reframe("--system", "minicluster", "-r", *args, checks=checks,
+                           perflog_dir=tmp / "perflogs", cwd=tmp, env=self.env, timeout=timeout)
+
+
+def _leftovers() -> list[str]:
+    found = []
+    netns = Path("/run/netns")
+    if netns.is_dir():
+        found += [p.name for p in netns.iterdir() if p.name.startswith("fabreg-node")]
+    found += [p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith("fabreg")]
+    return found
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def _require_machine() -> None:
+    """Skip with the reason when this machine cannot host the emulated cluster now."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the emulated cluster creates network namespaces and starts "
+                    "Slurm daemons")
+    missing = [t for t in ("slurmctld", "slurmd", "munged", "sbatch") if not shutil.which(t)]
+    if missing:
+        pytest.skip(f"Slurm/munge not installed ({', '.join(missing)}); "
+                    "apt-get install slurm-wlm munge")
+    if BRIDGE.exists():
+        pytest.skip("a fabreg cluster is already up on this machine (bridge fabregbr0); "
+                    "this test brings up its own: `fabreg cluster down` first")
+
+
+def _skip_without_namespaces(up: subprocess.CompletedProcess[str]) -> None:
+    if up.returncode != 0 and "cannot create network namespaces" in up.stderr:
+        pytest.skip(up.stderr.strip())
+
+
+def test_down_cleans_up_a_half_started_cluster_without_its_state_file(tmp_path):
+    """`up` that gives up half way, then the state file is lost: `down` still finds it all."""
+    _require_machine()
+    cl = Cluster(tmp_path)
+    try:
+        up = cl.fabreg("up", "--nodes", "2", "--timeout", "0.01")
+        _skip_without_namespaces(up)
+        assert up.returncode == 2, up.stdout + up.stderr
+        assert "nodes not idle after 0s" in up.stderr
+        assert "`fabreg cluster down`" in up.stderr or "see the logs" in up.stderr
+        assert BRIDGE.exists() and len(_leftovers()) >= 3
+        (tmp_path / "cluster.json").unlink()
+    finally:
+        down = cl.fabreg("down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "stopped unrecorded slurmctld" in down.stdout
+    assert "stopped unrecorded munged" in down.stdout
+    assert "removed network namespace fabreg-node2" in down.stdout
+    assert _leftovers() == []
+    again = cl.fabreg("down")
+    assert again.returncode == 0, again.stderr
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    _require_machine()
+    state_dir = tmp_path_factory.mktemp("cluster")
+    cl = Cluster(state_dir)
+    up = cl.fabreg("up", "--nodes", "2")
+    try:
+        _skip_without_namespaces(up)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "waiting for sinfo" in up.stdout or "nodes ready" in up.stdout
+        assert "nodes ready: node1 idle, node2 idle" in up.stdout
+        yield cl
+    finally:
+        state = state_dir / "cluster.json"
+        pids = []
+        if state.exists():
+            import json
+
+            pids = [d["pid"] for d in json.loads(state.read_text())["daemons"].values()]
+        down = cl.fabreg("down")
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert "no namespace, link, qdisc or daemon left" in down.stdout
+        assert _leftovers() == []
+        time.sleep(0.5)
+        assert [p for p in pids if _pid_alive(p)] == []
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    lines = path.read_text().splitlines()
+    header = lines[0].split("|")
+    return [dict(zip(header, line.split("|"))) for line in lines[1:]]
+
+
+def test_up_is_idempotent_and_status_is_healthy(cluster):
+    again = cluster.fabreg("up", "--nodes", "2")
+    assert again.returncode == 0, again.stderr
+    assert "started" not in again.stdout
+    other = cluster.fabreg("up", "--nodes", "3")
+    assert other.returncode == 2
+    assert "a cluster with 2 node(s)" in other.stderr and "already up" in other.stderr
+    status = cluster.fabreg("status")
+    assert status.returncode == 0, status.stdout
+    assert "node1: 10.88.0.11 netns fabreg-node1, slurm idle, link full speed" in status.stdout
+
+
+def test_quick_subset_runs_through_slurm_on_two_nodes(cluster, tmp_path):
+    proc = cluster.reframe(tmp_path, "--tag", "quick", "-n", "%transport=tcp%nodes=2", *FAST)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    seen_mpis = set()
+    for name in QUICK_CHECKS:
+        rows = _rows(tmp_path / "perflogs" / "minicluster" / "compute" / f"{name}.log")
+        assert rows, name
+        for row in rows:
+            seen_mpis.add(row["mpi"])
+            assert row["system"] == "minicluster" and row["partition"] == "compute"
+            assert row["num_nodes"] == "2" and row["nodes"] == "2", row
+            assert row["num_tasks_per_node"] == "1"
+            # Slurm placed the ranks on both namespaces; their MPI's own logs showed TCP.
+            assert row["job_nodelist"] == "node1,node2", row
+            assert row["transport_used"] == "tcp", row
+            assert row["jobid"].isdigit()
+            assert row["result"] == "pass"
+    assert {"openmpi", "mpich"} <= seen_mpis
+
+
+def test_degraded_link_fails_bandwidth_then_restore_passes(cluster, tmp_path):
+    bandwidth = ["-n", "OsuBandwidth%transport=tcp%nodes=2", "-p", "openmpi",
+                 "-S", "perf_sizes=65536", "-S", "iterations=20", "-S", "warmup=2",
+                 "-S", "time_limit=3m"]
+    deg = cluster.fabreg("degrade", "node2", "--rate", "100mbit")
+    assert deg.returncode == 0, deg.stderr
+    assert "tbf" in deg.stdout
+    try:
+        assert "DEGRADED to 100mbit" in cluster.fabreg("status").stdout
+        slow = cluster.reframe(tmp_path / "slow", *bandwidth)
+        out = slow.stdout + slow.stderr
+        assert slow.returncode != 0, out[-4000:]
+        assert "failed to meet reference" in out, out[-4000:]
+        assert "bandwidth_64KB" in out
+    finally:
+        restored = cluster.fabreg("restore")
+    assert restored.returncode == 0
+    assert "restored full speed on node2" in restored.stdout
+    tc = subprocess.run(["tc", "qdisc", "show", "dev", "fabreg-h2"], capture_output=True,
+                        text=True).stdout
+    assert "tbf" not in tc
+    fast = cluster.reframe(tmp_path / "fast", *bandwidth)
+    assert fast.returncode == 0, (fast.stdout + fast.stderr)[-4000:]
+
+
+def test_hung_job_is_killed_at_its_time_limit(cluster, tmp_path):
+    proc = cluster.reframe(tmp_path, "-n", "HangingJob", checks=FAULT_CHECKS, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "killed at its time limit (30.0 s) (scheduler state TIMEOUT)" in out, out[-3000:]
+    assert "due to time limit" in out
+    assert "sleep 600" not in cluster.slurm("squeue", "-h", "-t", "running", "-o", "%o")
+
+
+def test_node_dying_mid_run_fails_its_job_and_the_run_goes_on(cluster, tmp_path):
+    args = [str(Path(sys.executable).parent / "reframe"), "-C", str(REPO / "reframe-config.py"),
+            "-c", str(FAULT_CHECKS), "-n", "NodeLoss", "--exec-order=name", "--system",
+            "minicluster", "-r", "--prefix", str(tmp_path)]
+    env = {**os.environ, **cluster.env, "FABREG_PERFLOG_DIR": str(tmp_path / "perflogs")}
+    log = open(tmp_path / "reframe.out", "w+")
+    run = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            running = cluster.slurm("squeue", "-h", "-t", "running", "-o", "%j")
+            if "NodeLossStep2Dies" in running:
+                break
+            assert run.poll() is None, log.seek(0) or log.read()
+            time.sleep(1)
+        else:
+            pytest.fail("the two-node job never started")
+        time.sleep(3)
+        killed = cluster.fabreg("kill", "node2")
+        assert killed.returncode == 0, killed.stderr
+        run.wait(timeout=600)
+    finally:
+        if run.poll() is None:
+            run.terminate()
+            run.wait(timeout=60)
+    log.seek(0)
+    out = log.read()
+    assert run.returncode != 0
+    assert "ended by a node failure (scheduler state NODE_FAIL)" in out, out[-4000:]
+    assert "due to node failure" in out
+    assert "1 failure(s)" in out
+    for step in ("NodeLossStep1Before", "NodeLossStep3After"):
+        rows = _rows(tmp_path / "perflogs" / "minicluster" / "compute" / f"{step}.log")
+        assert [r["result"] for r in rows] == ["pass"], step
+        assert rows[0]["figure_value"] == "42"
+    assert "down" in cluster.slurm("sinfo", "-h", "-n", "node2", "-o", "%T")
+    # `up` brings the dead node back.
+    revived = cluster.fabreg("up", "--nodes", "2")
+    assert revived.returncode == 0, revived.stdout + revived.stderr
+    assert "started slurmd-node2" in revived.stdout
+    assert cluster.fabreg("status").returncode == 0
