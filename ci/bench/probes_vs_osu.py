@@ -242,7 +242,7 @@ def first_line(cmd: tuple[str, ...]) -> str:
         out = subprocess.run(list(cmd), capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
-    return next((ln.strip() for ln in out.splitlines() if ln.strip()), "unknown")
+    return next((" ".join(ln.split()) for ln in out.splitlines() if ln.strip()), "unknown")
 
 
 def host_description() -> str:
