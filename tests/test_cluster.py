@@ -24,8 +24,10 @@ FABREG = [sys.executable, "-m", "fabreg.cli", "cluster"]
 BRIDGE = Path("/sys/class/net/fabregbr0")
 QUICK_CHECKS = ("OsuLatency", "OsuBandwidth", "OsuAllreduce")
 # Fewer iterations for the bandwidth-heavy checks keep a run to minutes on 2 shared cores;
-# a hung MPI job costs 3 minutes, not 10.
-FAST = ["-S", "OsuBandwidth.iterations=20", "-S", "OsuBandwidth.warmup=2",
+# a hung MPI job costs 3 minutes, not 10. One retry: MPICH 4.0 over UCX 1.13 TCP sometimes
+# hangs in MPI_Finalize after a complete run (docs/cluster.md, "Known issues"); a check that
+# fails twice still fails the test.
+FAST = ["--max-retries=1","-S", "OsuBandwidth.iterations=20", "-S", "OsuBandwidth.warmup=2",
         "-S", "OsuAllreduce.iterations=20", "-S", "OsuAllreduce.warmup=2",
         "-S", "time_limit=3m"]
 FAULT_CHECKS = REPO / "tests" / "cluster_checks"
@@ -167,16 +169,20 @@ def test_quick_subset_runs_through_slurm_on_two_nodes(cluster, tmp_path):
     for name in QUICK_CHECKS:
         rows = _rows(tmp_path / "perflogs" / "minicluster" / "compute" / f"{name}.log")
         assert rows, name
+        last = {}
         for row in rows:
-            seen_mpis.add(row["mpi"])
+            last[row["environ"]] = row
             assert row["system"] == "minicluster" and row["partition"] == "compute"
             assert row["num_nodes"] == "2" and row["nodes"] == "2", row
             assert row["num_tasks_per_node"] == "1"
-            # Slurm placed the ranks on both namespaces; their MPI's own logs showed TCP.
+            # Slurm placed the ranks on both namespaces.
             assert row["job_nodelist"] == "node1,node2", row
-            assert row["transport_used"] == "tcp", row
             assert row["jobid"].isdigit()
-            assert row["result"] == "pass"
+        for row in last.values():
+            seen_mpis.add(row["mpi"])
+            assert row["result"] == "pass", row
+            # Their MPI's own logs showed the traffic on TCP, from both hosts.
+            assert row["transport_used"] == "tcp", row
     assert {"openmpi", "mpich"} <= seen_mpis
 
 
@@ -203,6 +209,24 @@ def test_degraded_link_fails_bandwidth_then_restore_passes(cluster, tmp_path):
     assert "tbf" not in tc
     fast = cluster.reframe(tmp_path / "fast", *bandwidth)
     assert fast.returncode == 0, (fast.stdout + fast.stderr)[-4000:]
+
+
+def test_reservation_pins_the_run_to_the_reserved_node(cluster, tmp_path):
+    """An acceptance run pinned with FABREG_RESERVATION lands on the reserved node only."""
+    made = cluster.slurm("scontrol", "create", "reservation", "reservationname=fabric-change",
+                         "nodes=node2", "starttime=now", "duration=30", "users=root",
+                         "flags=ignore_jobs")
+    assert "Reservation created: fabric-change" in made, made
+    try:
+        cluster.env["FABREG_RESERVATION"] = "fabric-change"
+        proc = cluster.reframe(tmp_path, "-n", "OsuLatency%transport=shm%nodes=1",
+                               "-p", "openmpi", "-S", "time_limit=3m")
+    finally:
+        cluster.env.pop("FABREG_RESERVATION")
+        cluster.slurm("scontrol", "delete", "reservationname=fabric-change")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    rows = _rows(tmp_path / "perflogs" / "minicluster" / "compute" / "OsuLatency.log")
+    assert [r["job_nodelist"] for r in rows] == ["node2"]
 
 
 def test_hung_job_is_killed_at_its_time_limit(cluster, tmp_path):
