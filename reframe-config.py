@@ -15,7 +15,11 @@ Environment ``extras`` used by the checks:
   ``{num_tasks_per_node}`` and ``{num_nodes}`` placeholders; leave it out to use
   the partition's launcher (e.g. ``srun`` on a site cluster);
 - ``osu_prefix``: an OSU Micro-Benchmarks install prefix; when set, the checks
-  run the real OSU binaries instead of the bundled probes.
+  run the real OSU binaries instead of the bundled probes;
+- ``provider``: where benchmarks come from, ``spack``, ``prefix``, ``probes`` or
+  ``auto`` (default: $FABREG_PROVIDER, else ``auto`` = ``osu_prefix`` if set, else
+  the probes); ``spack_mpi``: the MPI spec the Spack-built benchmarks must depend on
+  (default: the ``mpi`` name).
 
 Partition ``extras`` used by the checks (docs/transports.md):
 
@@ -25,7 +29,9 @@ Partition ``extras`` used by the checks (docs/transports.md):
 - ``rdma_devices`` / ``tcp_interfaces``: devices the transports must use
   (``UCX_NET_DEVICES``, ``btl_tcp_if_include``, ``MV2_IBA_HCA``);
 - ``transports``: the transports the partition offers, when detection on the
-  host that runs ReFrame would not tell (e.g. a login node without RDMA devices).
+  host that runs ReFrame would not tell (e.g. a login node without RDMA devices);
+- ``spack_site``, ``spack_without``, ``spack_install_tree``: how the Spack provider
+  builds spack.yaml there (fabreg.testlib.spack, docs/spack.md).
 """
 
 import os
@@ -110,6 +116,7 @@ local_environments = [
             'launcher': [_prefixed('FABREG_MVAPICH2_PREFIX', 'mpiexec', 'mpiexec.mvapich2'),
                          '-n', '{num_tasks}'],
             'osu_prefix': _osu_prefix('mvapich2'),
+            'spack_mpi': 'mvapich2 fabrics=mrail',
             'install_hint': ('build it with Spack (spack install mvapich2, see docs/spack.md) '
                              'and set FABREG_MVAPICH2_PREFIX to its install prefix'),
         },
@@ -148,10 +155,17 @@ site_configuration = {
                     'descr': 'All cores of this host',
                     'scheduler': 'local',
                     'launcher': 'local',
-                    'environs': ['openmpi', 'mpich', 'mvapich2'],
+                    # builtin: checks without MPI (perftest, ucx_perftest).
+                    'environs': ['openmpi', 'mpich', 'mvapich2', 'builtin'],
                     # Benchmarks must not share the host with each other.
                     'max_jobs': 1,
-                    'extras': {'max_nodes': 1},
+                    'extras': {
+                        'max_nodes': 1,
+                        # Spack here: Debian's OpenMPI/MPICH as externals
+                        # (spack/sites/local.yaml); no MVAPICH2 and no OSU tarball in
+                        # the local mirror, so the Spack provider builds the probes.
+                        'spack_without': ['mvapich2', 'osu-micro-benchmarks'],
+                    },
                 },
             ],
         },

@@ -38,3 +38,29 @@ def run_reframe(*args: str, perflog_dir: Path, cwd: Path, timeout: int = 900,
 
 def have(tool: str) -> bool:
     return shutil.which(tool) is not None
+
+
+def fabreg(*args: str, db: Path | None = None, check: bool = False,
+           env: dict[str, str] | None = None, timeout: float = 300
+           ) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a child process (as a user would)."""
+    full_env = dict(os.environ if env is None else env)
+    if db is not None:
+        full_env["FABREG_DB"] = str(db)
+    proc = subprocess.run([sys.executable, "-m", "fabreg.cli", *args], env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"fabreg {' '.join(args)} -> {proc.returncode}\n"
+                             f"{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def run_fabreg():
+    return fabreg
+
+
+def reframe_binary() -> str | None:
+    """The ReFrame next to this interpreter (the project's .venv), else on PATH."""
+    here = Path(sys.executable).parent / "reframe"
+    return str(here) if here.exists() else shutil.which("reframe")

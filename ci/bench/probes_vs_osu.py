@@ -78,6 +78,11 @@ class Series:
     probe: list[float] = field(default_factory=list)
     osu: list[float] = field(default_factory=list)
 
+    def paired_ratio(self) -> float:
+        """Median over rounds of probe/OSU within the same round (both saw similar load)."""
+        return statistics.median(p / o if o else float("inf")
+                                 for p, o in zip(self.probe, self.osu))
+
 
 def osu_targets(args: argparse.Namespace) -> dict[str, Path]:
     """MPI name -> real OSU prefix, from --osu-prefix/--mpi and FABREG_OSU_PREFIX_<MPI>."""
@@ -111,10 +116,10 @@ def build_probes(mpi: Mpi, dest: Path) -> Path:
     return dest
 
 
-def run_benchmark(mpi: Mpi, bind: tuple[str, ...], binary: Path, options: list[str],
+def run_benchmark(mpi: Mpi, prefix: list[str], binary: Path, options: list[str],
                   benchmark: str, sizes: list[int], timeout: float) -> OsuResult:
     """One launch of ``binary`` on 2 ranks; its parsed table, checked for every size."""
-    cmd = [*mpi.launcher, *bind, str(binary), *options]
+    cmd = [*prefix, str(binary), *options]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                               env=tool_env(mpi))
@@ -129,31 +134,67 @@ def run_benchmark(mpi: Mpi, bind: tuple[str, ...], binary: Path, options: list[s
     return result
 
 
+def _cpu_times() -> tuple[int, int]:
+    """(idle, total) jiffies of all CPUs since boot."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return fields[3] + fields[4], sum(fields[:8])
+
+
+def host_busy(interval: float = 0.5) -> float:
+    """Fraction of all CPUs busy with other work over ``interval`` (none of ours runs then)."""
+    try:
+        idle0, total0 = _cpu_times()
+        time.sleep(interval)
+        idle1, total1 = _cpu_times()
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+    total = total1 - total0
+    return 1.0 - (idle1 - idle0) / total if total > 0 else 0.0
+
+
+def wait_for_quiet(args: argparse.Namespace) -> float:
+    """Wait up to --wait-quiet seconds for the host to be at most --quiet busy; return busy."""
+    deadline = time.monotonic() + args.wait_quiet
+    busy = host_busy()
+    while busy > args.quiet and time.monotonic() < deadline:
+        time.sleep(2.0)
+        busy = host_busy()
+    return busy
+
+
+def runs_per_round(args: argparse.Namespace) -> list[tuple[str, list[int]]]:
+    """(benchmark, sizes of one launch): one launch per size, or one sweep with --sweep."""
+    sizes = sorted(set(args.sizes))
+    if args.sweep:
+        return [(b, sizes) for b in args.benchmarks]
+    return [(b, [size]) for b in args.benchmarks for size in sizes]
+
+
 def compare(mpi: Mpi, osu_prefix: Path, probes_dir: Path, args: argparse.Namespace,
-            results: dict[tuple[str, str, int], Series]) -> None:
-    """Run probe and OSU alternately, ``args.rounds`` times per benchmark."""
+            results: dict[tuple[str, str, int], Series], busy: list[float]) -> None:
+    """Run probe and OSU alternately, ``args.rounds`` times per benchmark and size."""
     problem = osu_prefix_problem(osu_prefix, args.benchmarks)
     if problem:
         raise BenchError(f"{mpi.name}: {problem}")
-    sizes = sorted(args.sizes)
-    sweep = powers_of_two(sizes[0], sizes[-1])
-    options = ["-m", f"{sizes[0]}:{sizes[-1]}", *args.extra]
     bind = mpi.bind_core if args.bind == "core" else mpi.bind_none
+    launch = [*mpi.launcher, *bind]
     for round_no in range(args.rounds):
-        for benchmark in args.benchmarks:
+        for benchmark, sizes in runs_per_round(args):
             osu_binary = find_osu_binary(osu_prefix, benchmark)
             assert osu_binary is not None  # osu_prefix_problem checked every benchmark
+            options = ["-m", f"{sizes[0]}:{sizes[-1]}", *args.extra]
             pair = [("probe", probes_dir / benchmark), ("osu", osu_binary)]
             if round_no % 2:
                 pair.reverse()  # alternate who goes first, so drift hits both alike
             for who, binary in pair:
-                table = run_benchmark(mpi, bind, binary, options, benchmark, sweep,
-                                      args.timeout)
+                busy.append(wait_for_quiet(args))
+                table = run_benchmark(mpi, launch, binary, options, benchmark,
+                                      powers_of_two(sizes[0], sizes[-1]), args.timeout)
                 for size in sizes:
                     series = results.setdefault((mpi.name, benchmark, size), Series())
                     getattr(series, who).append(table.value(size))
-            print(f"  {mpi.name} round {round_no + 1}/{args.rounds}: {benchmark} done",
-                  file=sys.stderr, flush=True)
+        print(f"  {mpi.name}: round {round_no + 1}/{args.rounds} done", file=sys.stderr,
+              flush=True)
 
 
 def spread(values: list[float]) -> float:
@@ -162,22 +203,37 @@ def spread(values: list[float]) -> float:
     return (max(values) - min(values)) / mid if mid else float("inf")
 
 
+def best(values: list[float], unit: str) -> float:
+    """The least disturbed figure: lowest latency, highest bandwidth."""
+    return max(values) if unit == "MB/s" else min(values)
+
+
 def render(results: dict[tuple[str, str, int], Series], tolerance: float) -> tuple[str, int]:
-    """The side-by-side table and the number of pairs outside the tolerance."""
+    """The side-by-side table and the number of rows outside the tolerance.
+
+    ``probe/OSU`` is the ratio of the medians and decides ``within``. Two more ratios help
+    to read a noisy host: ``paired``, the median of the per-round ratios (a probe run and
+    the OSU run next to it saw similar load), and ``best``, the ratio of each side's least
+    disturbed figure.
+    """
     header = (f"{'MPI':<8} {'benchmark':<14} {'size':>8} {'unit':<5} {'probe':>10} "
-              f"{'OSU':>10} {'probe/OSU':>9} {'within':>7} {'probe spread':>12} "
-              f"{'OSU spread':>10}")
+              f"{'OSU':>10} {'probe/OSU':>9} {'within':>6} {'paired':>7} {'best':>6} "
+              f"{'probe spread':>12} {'OSU spread':>10}")
     lines = [header, "-" * len(header)]
     outside = 0
     for (mpi, benchmark, size), series in results.items():
+        unit = UNITS.get(benchmark, "us")
         probe, osu = statistics.median(series.probe), statistics.median(series.osu)
         ratio = probe / osu if osu else float("inf")
+        best_osu = best(series.osu, unit)
+        best_ratio = best(series.probe, unit) / best_osu if best_osu else float("inf")
         ok = abs(ratio - 1.0) <= tolerance
         outside += not ok
         lines.append(
-            f"{mpi:<8} {benchmark:<14} {size:>8} {UNITS.get(benchmark, 'us'):<5} "
-            f"{probe:>10.2f} {osu:>10.2f} {ratio:>9.3f} {'yes' if ok else 'NO':>7} "
-            f"{spread(series.probe):>11.0%} {spread(series.osu):>10.0%}")
+            f"{mpi:<8} {benchmark:<14} {size:>8} {unit:<5} "
+            f"{probe:>10.2f} {osu:>10.2f} {ratio:>9.3f} {'yes' if ok else 'NO':>6} "
+            f"{series.paired_ratio():>7.3f} {best_ratio:>6.3f} {spread(series.probe):>11.0%} "
+            f"{spread(series.osu):>10.0%}")
     return "\n".join(lines), outside
 
 
@@ -186,7 +242,7 @@ def first_line(cmd: tuple[str, ...]) -> str:
         out = subprocess.run(list(cmd), capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
-    return next((ln.strip() for ln in out.splitlines() if ln.strip()), "unknown")
+    return next((" ".join(ln.split()) for ln in out.splitlines() if ln.strip()), "unknown")
 
 
 def host_description() -> str:
@@ -213,9 +269,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--benchmarks", nargs="+", default=DEFAULT_BENCHMARKS,
                         help=f"default: {' '.join(DEFAULT_BENCHMARKS)}")
     parser.add_argument("--sizes", nargs="+", type=int, default=DEFAULT_SIZES,
-                        help="sizes to compare in bytes; each run sweeps MIN..MAX of them")
+                        help="sizes to compare in bytes (default 8 1024 65536 1048576 4194304)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="one launch per benchmark sweeping MIN..MAX of --sizes, instead "
+                        "of one short launch per size (-m S:S)")
     parser.add_argument("--bind", choices=["core", "none"], default="core",
                         help="rank binding passed to the launcher (default core)")
+    parser.add_argument("--quiet", type=float, default=0.2,
+                        help="CPU busy fraction (other work) below which the host counts as "
+                        "quiet (default 0.2)")
+    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                        help="before each launch wait up to SECONDS for a quiet host "
+                        "(default 0: measure and report only)")
     parser.add_argument("--tolerance", type=float, default=0.05,
                         help="allowed |probe/OSU - 1| (default 0.05)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per launch")
@@ -242,14 +307,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = time.monotonic()
     results: dict[tuple[str, str, int], Series] = {}
-    versions = []
+    versions: list[str] = []
+    busy: list[float] = []
     try:
         with tempfile.TemporaryDirectory(prefix="fabreg-probes-") as tmp:
             for name, prefix in targets.items():
                 mpi = MPIS[name]
                 probes = build_probes(mpi, Path(tmp) / name)
                 versions.append(f"{name}: {first_line(mpi.version_cmd)}")
-                compare(mpi, prefix, probes, args, results)
+                compare(mpi, prefix, probes, args, results, busy)
     except BenchError as err:
         print(f"probes_vs_osu: error: {err}", file=sys.stderr)
         return 2
@@ -258,10 +324,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# probes vs OSU, {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}")
     print(f"# host: {host_description()}")
     print(f"# MPI: {'; '.join(versions)}; 2 ranks on one host, launcher binding {bind}")
-    print(f"# {args.rounds} interleaved rounds per benchmark, each run -m "
-          f"{min(args.sizes)}:{max(args.sizes)} {' '.join(args.extra)}".rstrip()
-          + "; medians; spread = (max-min)/median over rounds")
-    print(f"# took {time.monotonic() - started:.0f} s")
+    runs = (f"one run -m {min(args.sizes)}:{max(args.sizes)} per benchmark" if args.sweep
+            else "one run -m S:S per benchmark and size")
+    extra = f" with {' '.join(args.extra)}" if args.extra else " with OSU's default iterations"
+    print(f"# {args.rounds} rounds, {runs}{extra}, probe and OSU alternating who goes first; "
+          "medians; best = best value of each side; spread = (max-min)/median over rounds")
+    noisy = sum(b > args.quiet for b in busy)
+    print(f"# took {time.monotonic() - started:.0f} s; other work kept the CPUs "
+          f"{statistics.median(busy):.0%} busy (median, max {max(busy):.0%}) just before "
+          f"launches; {noisy} of {len(busy)} launches started above {args.quiet:.0%}")
     print(table)
     print(f"# {len(results) - outside} of {len(results)} within {args.tolerance:.0%}")
     return 1 if (args.strict and outside) else 0

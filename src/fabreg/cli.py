@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -16,6 +17,16 @@ from fabreg import __version__
 from fabreg.errors import FabregError
 
 COMMAND_MODULES: tuple[str, ...] = (
+    # review side (issue 5): perflogs -> store -> verdicts, reports, metrics
+    "fabreg.commands.ingest",
+    "fabreg.commands.trends",
+    "fabreg.commands.compare",
+    "fabreg.commands.report",
+    "fabreg.commands.export",
+    # workloads (issue 6): fabric counters, bounded stress traffic
+    "fabreg.commands.counters",
+    "fabreg.commands.stress",
+    # the emulated Slurm cluster (issue 4)
     "fabreg.cluster.cli",
 )
 
@@ -46,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fabreg: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`fabreg trends | head`): not our error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

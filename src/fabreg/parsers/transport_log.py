@@ -47,15 +47,19 @@ class UcxLane:
         return f"{self.transport}/{self.device}"
 
 
-def ucx_lanes(text: str) -> list[UcxLane]:
-    """The distinct lanes UCX selected for MPI messages, in order of first appearance."""
+def ucx_lanes(text: str, ops: tuple[str, ...] = ("tag", "am")) -> list[UcxLane]:
+    """The distinct lanes UCX selected for MPI messages, in order of first appearance.
+
+    Per endpoint line, the lanes of the first of ``ops`` it lists: MPI traffic uses
+    ``tag`` (``am`` as fallback); UCX tools doing RMA pass ``("rma", "rma_am")``.
+    """
     seen: dict[UcxLane, None] = {}
     for line in text.splitlines():
         m = _UCX_EP_CONFIG.search(line)
         if not m:
             continue
         groups = {g["op"]: g["lanes"] for g in _UCX_GROUP.finditer(m["groups"])}
-        lanes = groups.get("tag", groups.get("am", ""))
+        lanes = next((groups[op] for op in ops if op in groups), "")
         for token in lanes.split():
             transport, _, device = token.partition("/")
             seen.setdefault(UcxLane(transport, device), None)

@@ -1,9 +1,11 @@
 """OSU Micro-Benchmarks as ReFrame checks: binaries fixture, sanity, performance variables.
 
-The binaries come from a provider (``fabreg.providers``): real OSU under an
-install prefix when the environment names one, else fabreg's probes, built once
-per environment by the ``OsuBinaries`` fixture. Both print OSU 7.x output, so
-one parser (``fabreg.parsers.osu``) serves both.
+The binaries come from a provider (``fabreg.providers``): Spack (the suite's
+environment, installed once per partition by ``fabreg.testlib.spack.SpackStack``)
+when the environment asks for it, real OSU under an install prefix when the
+environment names one, else fabreg's probes, built once per environment by the
+``OsuBinaries`` fixture. All print OSU 7.x output, so one parser
+(``fabreg.parsers.osu``) serves them all.
 """
 
 from __future__ import annotations
@@ -27,8 +29,12 @@ from fabreg import busbw, providers
 from fabreg.errors import FabregError
 from fabreg.metrics import perfvar_name
 from fabreg.parsers.osu import OsuResult, parse_osu, powers_of_two, table_problem
-from fabreg.testlib.mpi import MpiCheck, unavailable_reason
+from fabreg.testlib.mpi import MpiCheck, mpi_name, unavailable_reason
 from fabreg.testlib.references import ReferenceKeys, ReferencesMixin
+from fabreg.testlib.spack import SpackStack, choose_spec
+
+#: Spack packages that provide the OSU binaries, in order of preference.
+SPACK_OSU_PACKAGES = ("osu-micro-benchmarks", "fabreg-probes")
 
 KB, MB = 1 << 10, 1 << 20
 
@@ -48,19 +54,36 @@ PT2PT = ("osu_latency", "osu_bw", "osu_bibw")
 
 
 class OsuBinaries(rfm.CompileOnlyRegressionTest):
-    """Fixture: the OSU binaries of one environment (real OSU or the bundled probes)."""
+    """Fixture: the OSU binaries of one environment (Spack, real OSU or the bundled probes)."""
 
-    #: ``osu-prefix`` or ``fabreg-probes``.
+    #: ``spack``, ``osu-prefix`` or ``fabreg-probes``.
     provider = variable(str, value="")
-    #: Install prefix (osu-prefix) or build directory (probes).
+    #: Install prefix (spack, osu-prefix) or build directory (probes).
     location = variable(str, value="")
+    #: The Spack spec used (``name@version/hash7``), its full DAG hash, the spack.lock digest.
+    spack_spec = variable(str, value="")
+    spack_hash = variable(str, value="")
+    spack_lock = variable(str, value="")
 
     build_system = "Make"
+
+    spack_stack = fixture(SpackStack, scope="partition")
 
     @run_after("setup")
     def choose_provider(self) -> None:
         self.skip_if(bool(reason := unavailable_reason(self.current_environ)), reason or "")
-        prefix = self.current_environ.extras.get("osu_prefix")
+        extras = self.current_environ.extras
+        try:
+            requested = providers.requested_provider(extras)
+        except FabregError as err:
+            raise ReframeError(str(err)) from None
+        if requested == providers.SPACK and self.spack_stack.active:
+            self.use_spack()
+            return
+        prefix = extras.get("osu_prefix") if requested != "probes" else None
+        if requested == "prefix" and not prefix:
+            raise ReframeError(f"environment {self.current_environ.name!r} asks for provider "
+                               "'prefix' but sets no extras['osu_prefix']")
         if prefix:
             problem = providers.osu_prefix_problem(prefix, list(BENCHMARKS))
             if problem:
@@ -77,6 +100,28 @@ class OsuBinaries(rfm.CompileOnlyRegressionTest):
         self.provider, self.location = providers.PROBES, self.stagedir
         self.build_system.max_concurrency = 1
 
+    def use_spack(self) -> None:
+        """Take this environment's MPI benchmarks from the partition's Spack install."""
+        extras = self.current_environ.extras
+        mpi_spec = str(extras.get("spack_mpi") or mpi_name(self.current_environ))
+        self.provider = providers.SPACK
+        self.sourcesdir = None
+        self.build_system = "CustomBuild"
+        if self.is_dry_run():
+            self.location = f"<spack: {' or '.join(SPACK_OSU_PACKAGES)} ^{mpi_spec}>"
+            self.build_system.commands = [f'echo "would use {self.location}"']
+            return
+        records = self.spack_stack.specs()
+        chosen = choose_spec(records, mpi_spec, SPACK_OSU_PACKAGES)
+        if chosen is None:
+            built = ", ".join(f"{r.short} ^{r.mpi}" for r in records) or "nothing"
+            raise ReframeError(f"the Spack environment has no {' or '.join(SPACK_OSU_PACKAGES)} "
+                               f"built against {mpi_spec} (it has: {built})")
+        self.location = chosen.prefix
+        self.spack_spec, self.spack_hash = chosen.short, chosen.hash
+        self.spack_lock = self.spack_stack.lock
+        self.build_system.commands = [f'echo "using {chosen.short} from {chosen.prefix}"']
+
     @sanity_function
     def binaries_present(self) -> sn.Deferrable:
         return sn.all(
@@ -85,7 +130,9 @@ class OsuBinaries(rfm.CompileOnlyRegressionTest):
         )
 
     def path_of(self, benchmark: str) -> str | None:
-        if self.provider == providers.OSU_PREFIX:
+        if self.provider == providers.SPACK and self.is_dry_run():
+            return None
+        if self.provider in (providers.OSU_PREFIX, providers.SPACK):
             found = providers.find_osu_binary(self.location, benchmark)
             return str(found) if found else None
         path = Path(self.stagedir) / benchmark
@@ -99,6 +146,11 @@ class OsuCheck(MpiCheck, ReferencesMixin):
     benchmark = variable(str, loggable=True)
     #: Where the binary came from (perflog column).
     provider = variable(str, value="", loggable=True)
+    #: With provider spack: the spec (``name@version/hash7``), its DAG hash and the digest of
+    #: the environment's spack.lock; a change here is a build change (perflog columns).
+    spack_spec = variable(str, value="", loggable=True)
+    spack_hash = variable(str, value="", loggable=True)
+    spack_lock = variable(str, value="", loggable=True)
     #: Message sizes that become performance variables.
     perf_sizes = variable(typ.List[int], value=[], loggable=False)
     #: Largest size run (the curve spans 1 B .. max_size); defaults to the largest perf size.
@@ -125,6 +177,9 @@ class OsuCheck(MpiCheck, ReferencesMixin):
     @run_after("setup")
     def set_executable(self) -> None:
         self.provider = self.osu_binaries.provider
+        self.spack_spec = self.osu_binaries.spack_spec
+        self.spack_hash = self.osu_binaries.spack_hash
+        self.spack_lock = self.osu_binaries.spack_lock
         self.executable = self.osu_binaries.path_of(self.benchmark) or self.benchmark
         opts = ["-m", f"1:{self.max_size}"]
         if self.iterations:
@@ -159,6 +214,8 @@ class OsuCheck(MpiCheck, ReferencesMixin):
 
     @run_before("sanity")
     def keep_curve(self) -> None:
+        if self.is_dry_run():  # nothing ran: no output to keep
+            return
         result = self.parsed()
         lines = ["size\t" + "\t".join(result.columns)]
         lines += [f"{size}\t" + "\t".join(str(row[c]) for c in result.columns)

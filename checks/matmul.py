@@ -1,0 +1,86 @@
+"""Distributed matrix multiply: how much of an application's time is communication.
+
+C = A*B over the ranks (broadcast B, scatter rows of A, compute, gather C), in a
+blocking and a non-blocking variant, for several sizes and rank counts. The
+answer is checked against the known result; the figures are the time of each
+phase and the communication fraction.
+"""
+
+import reframe as rfm
+import reframe.utility.sanity as sn
+import reframe.utility.typecheck as typ
+from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
+from reframe.core.exceptions import SanityError
+
+from fabreg.parsers.probes import MatmulResult, parse_matmul
+from fabreg.testlib.workloads import ProbeCheck
+
+#: Phases whose time counts as distributing the inputs, per mode.
+DISTRIBUTE = ("bcast", "scatter", "distribute")
+
+
+@rfm.simple_test
+class Matmul(ProbeCheck):
+    """fabreg_matmul: phase times, communication fraction, GFLOP/s; C must be right."""
+
+    mode = parameter(["blocking", "nonblocking"])
+    matrix_size = parameter([512, 1024])
+    ranks = parameter([2, 4])
+    #: Make one rank send a wrong element (to see the check fail).
+    corrupt = variable(typ.Bool, value=False, loggable=False)
+
+    benchmark = "fabreg_matmul"
+    tags = {"workload", "matmul"}
+
+    @run_after("init")
+    def set_ranks(self) -> None:
+        if self.ranks < self.nodes or self.ranks % self.nodes:
+            self.impossible()  # the same number of ranks on every node
+        self.descr = (f"C = A*B, n={self.matrix_size}, {self.ranks} ranks on {self.nodes} "
+                      f"node(s), {self.mode}")
+
+    def placement(self) -> tuple[int, int]:
+        return self.nodes, self.ranks // self.nodes
+
+    @run_after("setup")
+    def set_options(self) -> None:
+        self.executable_opts = ["-n", str(self.matrix_size), "-m", self.mode]
+        if self.corrupt:
+            self.executable_opts.append("--corrupt")
+
+    def references_wanted(self) -> dict[str, tuple[str, int | None, bool]]:
+        return {name: (name, self.matrix_size, name == "gflops") for name in (
+            "total", "distribute", "compute", "gather", "comm_fraction", "gflops")}
+
+    def result(self) -> MatmulResult:
+        return parse_matmul(self.output_text())
+
+    @sanity_function
+    def answer_is_right(self) -> bool:
+        result = self.result()
+        if not result.verified:
+            raise SanityError(f"C differs from the known answer A*B (n={result.n}, "
+                              f"{result.ranks} ranks, {result.mode})")
+        if result.ranks != self.ranks or result.n != self.matrix_size:
+            raise SanityError(f"probe ran n={result.n} on {result.ranks} ranks, asked "
+                              f"n={self.matrix_size} on {self.ranks}")
+        return True
+
+    @run_before("performance")
+    def set_perf_variables(self) -> None:
+        def figure(name: str) -> float:
+            result = self.result()
+            if name == "distribute":
+                return sum(t for p, t in result.phases.items() if p in DISTRIBUTE)
+            if name in ("compute", "gather"):
+                return result.phases.get(name, 0.0)
+            return float(getattr(result, name))
+
+        self.perf_variables = {
+            "total": sn.make_performance_function(figure, "s", "total_s"),
+            "distribute": sn.make_performance_function(figure, "s", "distribute"),
+            "compute": sn.make_performance_function(figure, "s", "compute"),
+            "gather": sn.make_performance_function(figure, "s", "gather"),
+            "comm_fraction": sn.make_performance_function(figure, "fraction", "comm_fraction"),
+            "gflops": sn.make_performance_function(figure, "GFLOP/s", "gflops"),
+        }

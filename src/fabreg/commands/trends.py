@@ -1,0 +1,90 @@
+"""``fabreg trends``: change points and verdicts per series; exit 1 on an open regression."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from datetime import datetime, timezone
+
+from fabreg import trends
+from fabreg.errors import FabregError
+from fabreg.perflog import parse_time
+from fabreg.progress import Progress
+from fabreg.store import Store, add_db_argument, db_path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "trends", help="detect changes per series (exit 1 if a regression is open)",
+        description="Direction-aware change-point detection on every series of the store. "
+                    "Exit status 1 when a series' most recent change is a regression.")
+    add_db_argument(p)
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--alpha", type=float, default=trends.ALPHA,
+                   help="significance level of a change point (default %(default)s)")
+    p.add_argument("--min-shift", type=float, default=trends.MIN_SHIFT_PCT, metavar="PCT",
+                   help="ignore changes smaller than PCT %% (default %(default)s)")
+    p.add_argument("--since", metavar="TIME",
+                   help="only report changes whose first new run is at or after TIME (ISO 8601)")
+    p.add_argument("--match", metavar="TEXT", help="only series whose name contains TEXT")
+    p.add_argument("--all", action="store_true", help="text: list stable series too")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress")
+    p.set_defaults(func=run)
+
+
+def iso(stamp: float) -> str:
+    return datetime.fromtimestamp(stamp, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def analyse_store(args: argparse.Namespace, quiet: bool = False) -> list[trends.SeriesVerdict]:
+    if not 0 < args.alpha < 1:
+        raise FabregError(f"--alpha must be between 0 and 1, not {args.alpha}")
+    with Store(db_path(args.db), create=False) as store:
+        all_series = store.load()
+    if getattr(args, "match", None):
+        all_series = [s for s in all_series if args.match in s.key.text()]
+    progress = Progress("trends", len(all_series), enabled=not quiet)
+    return trends.analyse(all_series, alpha=args.alpha, min_shift_pct=args.min_shift,
+                          progress=progress)
+
+
+def run(args: argparse.Namespace) -> int:
+    since = -math.inf
+    if args.since:
+        try:
+            since = parse_time(args.since)
+        except ValueError as err:
+            raise FabregError(f"--since: {err}") from None
+    verdicts = analyse_store(args, quiet=args.quiet or args.format == "json")
+    rows = []
+    for v in verdicts:
+        for c in v.changes:
+            t = float(v.series.time[c.index])
+            if t >= since:
+                rows.append((v, c, t))
+    open_regressions = [v for v in verdicts if v.open_regression
+                        and float(v.series.time[v.changes[-1].index]) >= since]
+    if args.format == "json":
+        print(json.dumps([{"series": v.series.key.as_json_object(), "time": iso(t),
+                           "shift_pct": round(c.shift_pct, 3), "verdict": c.verdict}
+                          for v, c, t in rows], indent=2))
+        return 1 if open_regressions else 0
+    counts: dict[str, int] = {}
+    for v in verdicts:
+        counts[v.verdict] = counts.get(v.verdict, 0) + 1
+    for v in verdicts:
+        changes = [(c, t) for vv, c, t in rows if vv is v]
+        if not changes and not args.all:
+            continue
+        print(f"{v.verdict.upper():<14} {v.series.key.text()}  "
+              f"[{len(v.series)} runs, noise {v.noise_pct:.1f} %]")
+        for c, t in changes:
+            print(f"    {iso(t)}  {c.verdict:<11} {c.shift_pct:+7.1f} % "
+                  f"[{c.ci_low_pct:+.1f}, {c.ci_high_pct:+.1f}]  "
+                  f"{c.before:.4g} -> {c.after:.4g} {v.series.unit}  "
+                  f"(session {v.series.session[c.index]})")
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    print(f"{len(verdicts)} series: {summary or 'none'}; "
+          f"{len(open_regressions)} open regression(s)")
+    return 1 if open_regressions else 0

@@ -1,0 +1,31 @@
+"""Whether an MPI or UCX build can move GPU (CUDA) buffers, from the tools' own reports."""
+
+from __future__ import annotations
+
+import re
+
+_OMPI_CUDA = re.compile(r"^mca:\w+:base:param:(?:mpi|opal)_built_with_cuda_support:value:(\w+)",
+                        re.MULTILINE)
+_MEM_TYPES = re.compile(r"memory type of message[^\n]*\n(?P<body>(?:[ \t]{20,}\S[^\n]*\n)+)")
+_MEM_NAME = re.compile(r"^\s+(?P<name>[\w-]+)\s+-\s")
+
+
+def ompi_cuda_support(ompi_info_parsable: str) -> bool | None:
+    """``ompi_info --parsable --all``: was Open MPI built with CUDA? None if not stated."""
+    m = _OMPI_CUDA.search(ompi_info_parsable)
+    return None if m is None else m.group(1) == "true"
+
+
+def mpich_cuda_support(mpichversion: str) -> bool | None:
+    """``mpichversion``: configured with CUDA (``--with-cuda``, not ``--without-cuda``)?"""
+    if "MPICH configure:" not in mpichversion:
+        return None
+    return bool(re.search(r"--with-cuda(?:=|\s|$)", mpichversion))
+
+
+def ucx_memory_types(ucx_perftest_help: str) -> list[str]:
+    """Memory types ``ucx_perftest -h`` offers for ``-m`` (``host``, ``cuda``, ...)."""
+    m = _MEM_TYPES.search(ucx_perftest_help)
+    if not m:
+        return []
+    return [mm["name"] for line in m["body"].splitlines() if (mm := _MEM_NAME.match(line))]

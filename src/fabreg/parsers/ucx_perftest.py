@@ -1,0 +1,111 @@
+"""Parse the client side of UCX ``ucx_perftest`` (UCX 1.13 table format).
+
+The client prints a table header and, with default options, one ``Final:`` row:
+iterations, then p50 / average / overall of latency (ping-pong tests such as
+``tag_lat``) or of per-message overhead (streaming tests such as ``tag_bw``,
+``ucp_put_bw``), then bandwidth (MB/s) and message rate (msg/s), each as
+average and overall. A failed run prints ``UCX  ERROR`` lines instead; they are
+turned into one reason a check can report (or skip on).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from fabreg.errors import FabregError
+
+_NUMBER = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
+_FINAL = re.compile(r"^Final:\s+(?P<values>(?:" + _NUMBER + r"\s*){8})$")
+_KIND = re.compile(r"\|\s*(?P<kind>latency|overhead) \(usec\)\s*\|")
+_UNAVAILABLE = re.compile(
+    r"transport '(?P<tl>[^']+)' is not available, please use one or more of: (?P<avail>.+)$"
+)
+_NO_DEVICE = re.compile(r"no usable transports/devices \(asked (?P<asked>[^)]*)\)")
+_ERROR = re.compile(r"UCX\s+ERROR\s+(?P<msg>.+)$")
+
+
+class UcxPerftestError(FabregError):
+    """ucx_perftest printed no result; the message says why."""
+
+    def __init__(self, reason: str, transport_unavailable: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.transport_unavailable = transport_unavailable
+
+
+@dataclass(frozen=True)
+class UcxPerftestResult:
+    """The ``Final:`` row of one run; times in microseconds.
+
+    ``kind`` is ``latency`` for ping-pong tests and ``overhead`` for streaming
+    tests (the time columns then mean send overhead, not one-way latency).
+    """
+
+    kind: str
+    iterations: int
+    p50_usec: float
+    average_usec: float
+    overall_usec: float
+    bandwidth_average_mbs: float
+    bandwidth_overall_mbs: float
+    msgrate_average: float
+    msgrate_overall: float
+
+
+def failure_reason(text: str) -> str | None:
+    """Why a run produced no ``Final:`` row, or ``None`` if it produced one."""
+    try:
+        parse_ucx_perftest(text)
+    except UcxPerftestError as err:
+        return err.reason
+    return None
+
+
+def _error_reason(lines: list[str]) -> UcxPerftestError:
+    for line in lines:
+        if m := _UNAVAILABLE.search(line):
+            avail = m["avail"].strip()
+            return UcxPerftestError(
+                f"UCX transport '{m['tl']}' is not available on this host "
+                f"(available: {avail})",
+                transport_unavailable=True,
+            )
+    for line in lines:
+        if m := _NO_DEVICE.search(line):
+            return UcxPerftestError(
+                f"UCX found no usable transport/device (asked {m['asked']})",
+                transport_unavailable=True,
+            )
+    for line in lines:
+        if "Connection refused" in line:
+            return UcxPerftestError(
+                "connection refused: no ucx_perftest server listening on that address and port"
+            )
+    errors = [m["msg"].strip() for line in lines if (m := _ERROR.search(line))]
+    if errors:
+        return UcxPerftestError("ucx_perftest failed: " + errors[-1])
+    return UcxPerftestError("ucx_perftest printed no 'Final:' result row")
+
+
+def parse_ucx_perftest(text: str) -> UcxPerftestResult:
+    """The ``Final:`` row of ``text``; raises UcxPerftestError with a reason otherwise."""
+    lines = text.splitlines()
+    kind = None
+    for line in lines:
+        if kind is None and (m := _KIND.search(line)):
+            kind = m["kind"]
+        if m := _FINAL.match(line.strip()):
+            values = m["values"].split()
+            return UcxPerftestResult(
+                kind=kind or "latency",
+                iterations=int(float(values[0])),
+                p50_usec=float(values[1]),
+                average_usec=float(values[2]),
+                overall_usec=float(values[3]),
+                bandwidth_average_mbs=float(values[4]),
+                bandwidth_overall_mbs=float(values[5]),
+                msgrate_average=float(values[6]),
+                msgrate_overall=float(values[7]),
+            )
+    raise _error_reason(lines)

@@ -1,0 +1,510 @@
+"""Read ReFrame's performance output: filelog perflogs and the results database.
+
+This is the only module that knows the perflog layout (docs/perflog-format.md).
+Everything downstream works on :class:`Sample` (one value of one performance
+variable of one test run) and :class:`Session` records.
+
+Reading never stops at a bad line: each problem is reported as a :class:`Problem`
+(``file:line: reason``) and the good lines are kept. A performance variable
+without a value (empty, ``None``, ``nan``) is a gap: it yields no sample.
+Timestamps without a UTC offset are taken to be UTC.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+#: Columns every fabreg perflog line starts with (reframe-config.py's format).
+FIXED_COLUMNS: tuple[str, ...] = (
+    "job_completion_time", "reframe version", "name", "system", "partition", "environ",
+    "jobid", "job_nodelist", "result",
+)
+#: Columns without which a line cannot be placed in a series.
+REQUIRED_COLUMNS: tuple[str, ...] = ("job_completion_time", "name", "system", "partition",
+                                     "environ")
+#: Logged check attributes that do not identify a series: they describe one run (the
+#: transport the MPI really used, the reference verdict...). Kept per run as attributes.
+NOT_PARAMETERS: frozenset[str] = frozenset({
+    "hashcode", "tags", "transport_used", "ref_status", "deviation", "ref_notes",
+    # A new Spack build is an event in a series, not a new series (docs/spack.md).
+    "spack_spec", "spack_hash", "spack_lock",
+})
+#: The six columns ReFrame writes per performance variable, in order.
+PERFVAR_SUFFIXES: tuple[str, ...] = ("_value", "_unit", "_ref", "_lower_thres",
+                                     "_upper_thres", "_result")
+#: Built-in ReFrame test-case attributes found in the results DB; everything else a
+#: test case carries there is a parameter or a check's own loggable variable.
+REFRAME_TESTCASE_ATTRIBUTES: frozenset[str] = frozenset("""
+build_jobid build_locally build_stderr build_stdout build_time_limit dependencies_actual
+dependencies_conceptual descr display_name env_vars environ exclusive_access executable
+executable_opts extra_resources fail_phase fail_reason fail_info filename fixture hashcode
+job_completion_time job_completion_time_unix job_exitcode job_nodelist job_stderr job_stdout
+job_submit_time jobid keep_files local maintainers max_pending_time modules name
+num_cpus_per_task num_gpus_per_node num_tasks_per_core num_tasks_per_socket outputdir
+partition perfvalues postbuild_cmds postrun_cmds prebuild_cmds prefix prerun_cmds
+readonly_files result run_index scheduler session_uuid short_name sourcepath sourcesdir
+stagedir strict_check system tags time_compile time_limit time_performance time_run
+time_sanity time_setup time_total unique_name use_multithreading uuid valid_prog_environs
+valid_systems variables build_system ci_extras perf_variables fail_severe
+expected_failure xfail
+""".split())
+#: Standard keys of a results-DB session; the rest are the user's session extras.
+REFRAME_SESSION_KEYS: frozenset[str] = frozenset("""
+data_version hostname uuid time_start time_start_unix time_end time_end_unix time_elapsed
+cmdline config_files log_files prefix_output prefix_stage user version workdir num_cases
+num_failures num_aborted num_skipped
+""".split())
+
+_NULLS = frozenset({"", "none", "null", "nan", "n/a"})
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A line (or file) that was skipped, and why."""
+
+    path: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        return f"{where}: {self.reason}"
+
+
+class Run:
+    """One test-case run: what a perflog line says besides its values."""
+
+    __slots__ = ("time", "test", "params", "system", "partition", "environ", "jobid",
+                 "nodelist", "display_name", "session", "source", "param_key", "key", "attrs")
+
+    def __init__(self, time: float, test: str, params: dict[str, str], system: str,
+                 partition: str, environ: str, jobid: str = "", nodelist: str = "",
+                 display_name: str = "", session: str | None = None, source: str = "",
+                 param_key: tuple[tuple[str, str], ...] | None = None,
+                 attrs: dict[str, str] | None = None) -> None:
+        self.time = time  # unix seconds, UTC, truncated to the second
+        self.test = test  # base name, without parameters
+        self.params = params
+        self.system = system
+        self.partition = partition
+        self.environ = environ
+        self.jobid = jobid
+        self.nodelist = nodelist
+        self.display_name = display_name or test
+        self.session = session
+        self.source = source
+        self.param_key = param_key if param_key is not None else tuple(sorted(params.items()))
+        self.key = run_key(self.display_name, system, partition, environ, jobid, time)
+        self.attrs = attrs or {}  # non-identifying attributes of this run
+
+    def __repr__(self) -> str:
+        return f"Run({self.key!r})"
+
+
+class Sample:
+    """One value of one performance variable of one run (a gap has no Sample)."""
+
+    __slots__ = ("run", "perfvar", "value", "unit", "ref", "lower_thres", "upper_thres",
+                 "result")
+
+    def __init__(self, run: Run, perfvar: str, value: float, unit: str = "",
+                 ref: float | None = None, lower_thres: float | None = None,
+                 upper_thres: float | None = None, result: str = "") -> None:
+        self.run = run
+        self.perfvar = perfvar
+        self.value = value
+        self.unit = unit
+        self.ref = ref
+        self.lower_thres = lower_thres
+        self.upper_thres = upper_thres
+        self.result = result
+
+    def __repr__(self) -> str:
+        return f"Sample({self.run.key!r}, {self.perfvar!r}, {self.value!r}, {self.unit!r})"
+
+    # Shortcuts to the run, for readers of single samples.
+    @property
+    def time(self) -> float:
+        return self.run.time
+
+    @property
+    def params(self) -> dict[str, str]:
+        return self.run.params
+
+    @property
+    def test(self) -> str:
+        return self.run.test
+
+    @property
+    def session(self) -> str | None:
+        return self.run.session
+
+
+@dataclass
+class Session:
+    """A ReFrame session from the results database."""
+
+    uuid: str
+    start: float
+    end: float
+    extras: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class RunLink:
+    """Ties one test-case run (found in perflogs by run key) to its session."""
+
+    run_key: str
+    session: str
+
+
+@dataclass
+class ReadResult:
+    """What reading some perflogs/results DBs produced."""
+
+    samples: list[Sample] = field(default_factory=list)
+    sessions: list[Session] = field(default_factory=list)
+    links: list[RunLink] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    files: int = 0
+    lines: int = 0
+
+
+def run_key(display_name: str, system: str, partition: str, environ: str, jobid: str,
+            time: float) -> str:
+    """The identity of one test-case run, computable from a perflog line and the results DB.
+
+    Perflog times have second resolution, so the time is truncated to the second.
+    """
+    return f"{display_name}|{system}|{partition}|{environ}|{jobid}|{int(math.floor(time))}"
+
+
+def split_name(display_name: str) -> tuple[str, dict[str, str]]:
+    """``'OsuLatency %transport=shm %mpi=x'`` -> ``('OsuLatency', {'transport': 'shm', ...})``."""
+    parts = display_name.split()
+    if not parts:
+        return "", {}
+    params: dict[str, str] = {}
+    for part in parts[1:]:
+        if part.startswith("%") and "=" in part:
+            key, _, value = part[1:].partition("=")
+            if not key.startswith("."):  # ReFrame-internal, e.g. '%.repeat_no=1'
+                params[key.split(".")[-1]] = value
+    return parts[0], params
+
+
+def parse_time(text: str) -> float:
+    """ISO 8601 / RFC 3339 (or unix seconds) -> unix seconds. No offset means UTC."""
+    text = text.strip()
+    if not text:
+        raise ValueError("empty timestamp")
+    try:
+        number = float(text)
+    except ValueError:
+        pass
+    else:
+        if math.isfinite(number):
+            return number
+        raise ValueError(f"timestamp {text!r} is not finite")
+    try:
+        stamp = datetime.fromisoformat(text)  # the common case: '...+00:00'
+    except ValueError:
+        iso = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
+        # Python < 3.11 does not accept '+0000': normalise it to '+00:00'.
+        iso = re.sub(r"([+-]\d\d)(\d\d)$", r"\1:\2", iso)
+        try:
+            stamp = datetime.fromisoformat(iso)
+        except ValueError:
+            raise ValueError(f"timestamp {text!r} is not ISO 8601") from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return stamp.timestamp()
+
+
+_NULL_SPELLINGS = frozenset({"", "None", "null", "nan", "NaN", "N/A", "n/a"})
+
+
+def _number(text: str) -> float | None:
+    """A float, or None for ReFrame's spellings of 'no value'."""
+    if text in _NULL_SPELLINGS:
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        if text.strip().lower() in _NULLS:
+            return None
+        raise
+    return number if math.isfinite(number) else None
+
+
+def _param_value(text: object) -> str | None:
+    """Normalise a logged attribute value so perflog text and results-DB JSON agree."""
+    if text is None:
+        return None
+    if isinstance(text, bool):
+        return "true" if text else "false"
+    if isinstance(text, (list, tuple)):
+        return ",".join(str(v) for v in text)
+    value = str(text).strip()
+    return None if value in ("", "None", "null") else value  # how ReFrame prints unset
+
+
+@dataclass
+class _Header:
+    columns: list[str]
+    index: dict[str, int]
+    perfvars: list[str]
+    params: list[str]
+    perfvar_columns: list[tuple[str, tuple[int, ...]]]
+    param_columns: list[tuple[str, int]]
+    attr_columns: list[tuple[str, int]]
+    memo: dict = field(default_factory=dict)  # raw name+attributes -> parsed
+    numbers: dict = field(default_factory=dict)  # raw ref+thresholds -> floats
+
+
+def _parse_header(line: str) -> _Header:
+    columns = line.rstrip("\n").split("|")
+    while columns and columns[-1] == "":
+        columns.pop()
+    index = {name: i for i, name in enumerate(columns)}
+    missing = [c for c in REQUIRED_COLUMNS if c not in index]
+    if missing:
+        raise ValueError(f"header lacks column(s) {', '.join(missing)}")
+    perfvars = [c[: -len("_value")] for c in columns
+                if c.endswith("_value") and all(c[: -len("_value")] + s in index
+                                                 for s in PERFVAR_SUFFIXES)]
+    taken = set(FIXED_COLUMNS)
+    for var in perfvars:
+        taken.update(var + s for s in PERFVAR_SUFFIXES)
+    params = [c for c in columns if c not in taken and c not in NOT_PARAMETERS]
+    perfvar_columns = [(v, tuple(index[v + suffix] for suffix in PERFVAR_SUFFIXES))
+                       for v in perfvars]
+    attrs = [c for c in columns if c in NOT_PARAMETERS and c not in ("hashcode", "tags")]
+    return _Header(columns, index, perfvars, params, perfvar_columns,
+                   [(p, index[p]) for p in params], [(a, index[a]) for a in attrs])
+
+
+def _is_header(line: str) -> bool:
+    return line.startswith("job_completion_time|")
+
+
+def read_perflog_lines(lines: Iterable[str], source: str) -> tuple[list[Sample], list[Problem]]:
+    """Parse the text of one perflog file (header first, possibly more headers later)."""
+    samples: list[Sample] = []
+    problems: list[Problem] = []
+    header: _Header | None = None
+    for lineno, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\r\n")
+        if not line.strip():
+            continue
+        if _is_header(line):
+            try:
+                header = _parse_header(line)
+            except ValueError as err:
+                header = None
+                problems.append(Problem(source, lineno, f"bad header: {err}"))
+            continue
+        if header is None:
+            problems.append(Problem(source, lineno, "data line before any valid header line"))
+            continue
+        fields = line.split("|")
+        ncols = len(header.columns)
+        # ReFrame's perf-variable format ends in '|': tolerate trailing empty fields.
+        while len(fields) > ncols and fields[-1] == "":
+            fields.pop()
+        if len(fields) != ncols:
+            problems.append(Problem(source, lineno,
+                                    f"{len(fields)} fields, header has {ncols}"))
+            continue
+        try:
+            samples.extend(_line_samples(header, fields, source))
+        except ValueError as err:
+            problems.append(Problem(source, lineno, str(err)))
+    return samples, problems
+
+
+def _line_samples(header: _Header, fields: list[str], source: str) -> list[Sample]:
+    idx = header.index
+    time = parse_time(fields[idx["job_completion_time"]])
+    display = fields[idx["name"]].strip()
+    system = fields[idx["system"]].strip()
+    partition = fields[idx["partition"]].strip()
+    environ = fields[idx["environ"]].strip()
+    if not (system and partition and environ):
+        raise ValueError("empty system, partition or environ")
+    # Runs of one series repeat the same name and attributes: parse them once.
+    raw = (display, *[fields[i] for _, i in header.param_columns])
+    cached = header.memo.get(raw)
+    if cached is None:
+        test, params = split_name(display)
+        for name, i in header.param_columns:
+            value = _param_value(fields[i])
+            if value is not None:
+                params[name] = value
+        cached = header.memo[raw] = (test, params, tuple(sorted(params.items())))
+    test, params, param_key = cached
+    if not test:
+        raise ValueError("empty test name")
+    jobid = fields[idx["jobid"]].strip() if "jobid" in idx else ""
+    nodes = fields[idx["job_nodelist"]].strip() if "job_nodelist" in idx else ""
+    attrs = {}
+    for name, i in header.attr_columns:
+        value = _param_value(fields[i])
+        if value is not None:
+            attrs[name] = value
+    run = Run(float(math.floor(time)), test, params, system, partition, environ, jobid, nodes,
+              display, None, source, param_key, attrs)
+    numbers = header.numbers
+    out = []
+    for var, (iv, iu, ir, il, ih, ires) in header.perfvar_columns:
+        try:
+            value = float(fields[iv])
+        except ValueError:
+            try:
+                value = _number(fields[iv])
+            except ValueError:
+                raise ValueError(f"{var}_value {fields[iv]!r} is not a number") from None
+        if value is None or not math.isfinite(value):
+            continue  # a gap, never a zero
+        try:
+            limits = numbers.get((fields[ir], fields[il], fields[ih]))
+            if limits is None:
+                limits = numbers[(fields[ir], fields[il], fields[ih])] = (
+                    _number(fields[ir]), _number(fields[il]), _number(fields[ih]))
+        except ValueError as err:
+            raise ValueError(f"{var}: reference or threshold is not a number ({err})") from None
+        out.append(Sample(run, var, value, fields[iu].strip(), *limits,
+                          fields[ires].strip()))
+    return out
+
+
+def is_perflog_file(path: Path) -> bool:
+    """``X.log``, ``X.log.h0``, ``X.log.h1``... (ReFrame's header-change renames)."""
+    name = path.name
+    return name.endswith(".log") or re.search(r"\.log\.h\d+$", name) is not None
+
+
+def is_results_db(path: Path) -> bool:
+    return path.suffix == ".db" and path.name != "fabreg.db"
+
+
+def find_inputs(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], list[Path]]:
+    """Expand files/directories into (perflog files, results DBs), sorted for stable order.
+
+    Raises FileNotFoundError naming the first path that does not exist.
+    """
+    perflogs: list[Path] = []
+    dbs: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        if not path.exists():
+            raise FileNotFoundError(str(path))
+        candidates = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for cand in candidates:
+            if is_results_db(cand):
+                dbs.append(cand)
+            elif is_perflog_file(cand) or not path.is_dir():
+                perflogs.append(cand)
+    return perflogs, dbs
+
+
+def read_perflog_file(path: Path) -> tuple[list[Sample], list[Problem], int]:
+    """One perflog file -> (samples, problems, number of lines)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as stream:
+            lines = stream.readlines()
+    except OSError as err:
+        return [], [Problem(str(path), 0, f"cannot read: {err.strerror or err}")], 0
+    samples, problems = read_perflog_lines(lines, str(path))
+    return samples, problems, len(lines)
+
+
+def read_results_db(path: Path) -> tuple[list[Session], list[RunLink], list[Sample],
+                                          list[Problem]]:
+    """ReFrame's results DB -> sessions, run links, and samples for every test case.
+
+    The samples let a results DB stand on its own (no perflogs); when perflogs are
+    ingested too, the store keeps one copy of each value (same series, time, job id).
+    """
+    problems: list[Problem] = []
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+        try:
+            rows = conn.execute("SELECT uuid, session_start_unix, session_end_unix, json_blob "
+                                "FROM sessions ORDER BY session_start_unix").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error as err:
+        return [], [], [], [Problem(str(path), 0, f"not a ReFrame results database ({err})")]
+    sessions: list[Session] = []
+    links: list[RunLink] = []
+    samples: list[Sample] = []
+    for uuid, start, end, blob in rows:
+        try:
+            report = json.loads(blob)
+            info = report.get("session_info", {})
+        except (TypeError, ValueError, AttributeError) as err:
+            problems.append(Problem(str(path), 0, f"session {uuid}: unreadable report ({err})"))
+            continue
+        extras = {k: str(v) for k, v in info.items() if k not in REFRAME_SESSION_KEYS}
+        sessions.append(Session(uuid=uuid, start=float(start or 0), end=float(end or 0),
+                                extras=extras))
+        for run in report.get("runs", []):
+            for case in run.get("testcases", []):
+                try:
+                    case_samples = _case_samples(case, uuid, str(path))
+                except (TypeError, ValueError, KeyError) as err:
+                    problems.append(Problem(str(path), 0,
+                                            f"session {uuid}: test case skipped ({err})"))
+                    continue
+                if case_samples:
+                    links.append(RunLink(case_samples[0].run.key, uuid))
+                samples.extend(case_samples)
+    return sessions, links, samples, problems
+
+
+def _case_samples(case: dict, session: str, source: str) -> list[Sample]:
+    if case.get("job_completion_time_unix") is None or not case.get("perfvalues"):
+        return []
+    # The perflog's `name` column is the case's `name`; `display_name` may carry ReFrame's
+    # internal parameters (`%.repeat_no=1` under --repeat) that identify nothing.
+    display = case.get("name") or case["display_name"]
+    test, params = split_name(display)
+    attrs: dict[str, str] = {}
+    for key, value in case.items():
+        if key in REFRAME_TESTCASE_ATTRIBUTES or key.startswith("_") or isinstance(value, dict):
+            continue
+        norm = _param_value(value)
+        if norm is None:
+            continue
+        if key in NOT_PARAMETERS:
+            attrs[key] = norm
+        else:
+            params[key] = norm
+    nodelist = case.get("job_nodelist") or ""
+    if isinstance(nodelist, list):
+        nodelist = ",".join(nodelist)
+    # Perflog times have second resolution: truncate so both sources agree.
+    run = Run(float(math.floor(case["job_completion_time_unix"])), test, params,
+              case["system"], case["partition"], case["environ"], str(case.get("jobid") or ""),
+              nodelist, display, session, source, attrs=attrs)
+    out = []
+    for key, perf in case["perfvalues"].items():
+        var = key.split(":")[-1]
+        value, ref, lower, upper, unit, result = (list(perf) + [None] * 6)[:6]
+        value = _number(str(value)) if value is not None else None
+        if value is None:
+            continue
+        out.append(Sample(run, var, value, unit or "",
+                          None if ref is None else float(ref),
+                          None if lower is None else float(lower),
+                          None if upper is None else float(upper), result or ""))
+    return out

@@ -1,0 +1,432 @@
+"""The fabreg store: every performance value ever ingested, in one SQLite file.
+
+Layout (docs/trends.md): ``series`` names each series once (test, parameters,
+system, partition, environment, performance variable); ``samples`` is the long
+table of values; ``sessions``/``run_sessions`` come from ReFrame's results DB;
+the ``long`` view joins them into one row per value.
+
+Ingest is idempotent (a value is unique per series, time and job id) and safe to
+run concurrently: WAL journal, a busy timeout, and one ``BEGIN IMMEDIATE``
+transaction per input file, so two ingests at once serialise instead of losing
+or duplicating values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from fabreg.errors import FabregError
+from fabreg.perflog import Run, RunLink, Sample, Session
+
+DEFAULT_DB = os.path.join("perflogs", "fabreg.db")
+#: Seconds to wait for another process's write lock before giving up.
+DEFAULT_TIMEOUT = 60.0
+#: Runs without a results-DB session belong to the same derived session while
+#: consecutive runs are less than this many seconds apart.
+SESSION_GAP = 3600.0
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS series(
+    id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    test TEXT NOT NULL,
+    system TEXT NOT NULL,
+    partition TEXT NOT NULL,
+    environ TEXT NOT NULL,
+    perfvar TEXT NOT NULL,
+    params TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs(
+    id INTEGER PRIMARY KEY,
+    run_key TEXT NOT NULL UNIQUE,
+    time REAL NOT NULL,
+    jobid TEXT NOT NULL DEFAULT '',
+    nodelist TEXT NOT NULL DEFAULT '',
+    session TEXT,
+    from_results_db INTEGER NOT NULL DEFAULT 0,
+    source TEXT NOT NULL DEFAULT '',
+    attrs TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS samples(
+    series_id INTEGER NOT NULL REFERENCES series(id),
+    time REAL NOT NULL,
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    value REAL NOT NULL,
+    unit TEXT NOT NULL DEFAULT '',
+    ref REAL,
+    lower_thres REAL,
+    upper_thres REAL,
+    result TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY(series_id, time, run_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sessions(
+    uuid TEXT PRIMARY KEY,
+    start REAL,
+    end REAL,
+    extras TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS run_sessions(
+    run_key TEXT PRIMARY KEY,
+    session TEXT NOT NULL
+);
+CREATE VIEW IF NOT EXISTS long AS
+    SELECT s.test, s.params, s.system, s.partition, s.environ, s.perfvar,
+           v.time, v.value, v.unit, v.ref, v.lower_thres, v.upper_thres, v.result,
+           r.jobid, r.nodelist, COALESCE(r.session, l.session) AS session,
+           x.extras AS session_extras, r.attrs AS run_attributes, r.source
+    FROM samples v JOIN series s ON s.id = v.series_id JOIN runs r ON r.id = v.run_id
+    LEFT JOIN run_sessions l ON l.run_key = r.run_key
+    LEFT JOIN sessions x ON x.uuid = COALESCE(r.session, l.session);
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+INSERT OR IGNORE INTO meta VALUES('schema_version', '1');
+"""
+
+
+def db_path(given: str | None) -> Path:
+    """``--db`` if given, else ``$FABREG_DB``, else ``perflogs/fabreg.db``."""
+    return Path(given or os.environ.get("FABREG_DB") or DEFAULT_DB)
+
+
+def add_db_argument(parser) -> None:  # argparse.ArgumentParser
+    parser.add_argument("--db", metavar="PATH",
+                        help=f"the store (default: $FABREG_DB or {DEFAULT_DB})")
+
+
+@dataclass(frozen=True)
+class SeriesKey:
+    """What identifies a series."""
+
+    test: str
+    params: tuple[tuple[str, str], ...]
+    system: str
+    partition: str
+    environ: str
+    perfvar: str
+
+    def as_json_object(self) -> dict[str, object]:
+        """The ``series`` object of ``fabreg trends --format json``."""
+        return {"test": self.test, "parameters": dict(self.params), "perfvar": self.perfvar,
+                "system": self.system, "partition": self.partition, "environ": self.environ}
+
+    def text(self) -> str:
+        params = " ".join(f"{k}={v}" for k, v in self.params)
+        return (f"{self.test} {params} {self.system}:{self.partition}+{self.environ} "
+                f"{self.perfvar}").replace("  ", " ")
+
+    @property
+    def param(self) -> dict[str, str]:
+        return dict(self.params)
+
+
+def _key_text(key: SeriesKey) -> str:
+    return json.dumps([key.test, key.params, key.system, key.partition, key.environ,
+                       key.perfvar], separators=(",", ":"))
+
+
+@dataclass
+class SeriesData:
+    """All values of one series, oldest first."""
+
+    id: int
+    key: SeriesKey
+    unit: str
+    time: np.ndarray
+    value: np.ndarray
+    ref: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    result: list[str]
+    session: list[str]
+    jobid: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+
+@dataclass
+class IngestCount:
+    added: int = 0
+    seen: int = 0
+    sessions: int = 0
+
+
+class Store:
+    """A connection to the fabreg SQLite store."""
+
+    _removed = 0
+
+    def __init__(self, path: str | os.PathLike[str], create: bool = True,
+                 timeout: float | None = None) -> None:
+        self.path = Path(path)
+        if timeout is None:
+            timeout = float(os.environ.get("FABREG_DB_TIMEOUT", DEFAULT_TIMEOUT))
+        self.timeout = timeout
+        if not self.path.exists() and not create:
+            raise FabregError(f"no store at {self.path}: run 'fabreg ingest PATH' first "
+                              "(or give --db / FABREG_DB)")
+        if create:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.conn = sqlite3.connect(str(self.path), timeout=timeout,
+                                        isolation_level=None)
+            self.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            # WAL + NORMAL: durable at each commit's checkpoint, much faster ingest.
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+            self.conn.execute("PRAGMA cache_size = -65536")
+            self._setup(create)
+        except sqlite3.DatabaseError as err:
+            raise self._error(err) from None
+
+    def _error(self, err: sqlite3.Error) -> FabregError:
+        text = str(err)
+        if "locked" in text or "busy" in text:
+            return FabregError(f"store {self.path} is locked by another process "
+                               f"(waited {self.timeout:g} s; set FABREG_DB_TIMEOUT to wait longer)")
+        if "not a database" in text or "malformed" in text:
+            return FabregError(f"{self.path} is not a fabreg store (SQLite says: {text})")
+        return FabregError(f"store {self.path}: {text}")
+
+    def _setup(self, create: bool) -> None:
+        tables = {r[0] for r in self.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+        if {"series", "samples"} <= tables:
+            return
+        if tables - {"meta"} and not {"series", "samples"} & tables:
+            raise FabregError(f"{self.path} is an SQLite file but not a fabreg store "
+                              f"(tables: {', '.join(sorted(tables))})")
+        if not create:
+            raise FabregError(f"store {self.path} is empty: run 'fabreg ingest PATH' first")
+        mode = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode.lower() != "wal":  # e.g. a file system without shared memory
+            self.conn.execute("PRAGMA journal_mode=DELETE")
+        try:
+            self.conn.executescript("BEGIN IMMEDIATE;" + SCHEMA + "COMMIT;")
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing ---------------------------------------------------------------------
+
+    def add(self, samples: Sequence[Sample], sessions: Iterable[Session] = (),
+            links: Iterable[RunLink] = (), from_results_db: bool = False) -> IngestCount:
+        """Add one input file's content in one transaction; return what was new.
+
+        Perflogs are the reference copy of a value: results-DB values are added only
+        for runs no perflog line holds, and a perflog line replaces the results-DB copy
+        of its run (the two may name parameters slightly differently).
+        """
+        count = IngestCount(seen=len(samples))
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                before = self.conn.total_changes
+                self.conn.executemany(
+                    "INSERT INTO sessions(uuid, start, end, extras) VALUES(?,?,?,?) "
+                    "ON CONFLICT(uuid) DO UPDATE SET extras=excluded.extras "
+                    "WHERE extras != excluded.extras",
+                    [(s.uuid, s.start, s.end, json.dumps(s.extras, sort_keys=True))
+                     for s in sessions])
+                count.sessions = self.conn.total_changes - before
+                self.conn.executemany("INSERT OR IGNORE INTO run_sessions VALUES(?,?)",
+                                      [(link.run_key, link.session) for link in links])
+                runs = {id(s.run): s.run for s in samples}
+                run_ids = self._run_ids(list(runs.values()), from_results_db)
+                ids = self._series_ids(samples)
+                rows = []
+                for sid, s in zip(ids, samples):
+                    rid = run_ids.get(id(s.run))
+                    if rid is not None:
+                        rows.append((sid, s.run.time, rid, s.value, s.unit, s.ref,
+                                     s.lower_thres, s.upper_thres, s.result))
+                before = self.conn.total_changes
+                self.conn.executemany(
+                    "INSERT OR IGNORE INTO samples(series_id, time, run_id, value, unit, ref, "
+                    "lower_thres, upper_thres, result) VALUES(?,?,?,?,?,?,?,?,?)", rows)
+                count.added = max(0, self.conn.total_changes - before - self._removed)
+                self.conn.execute("COMMIT")
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as err:
+            raise self._error(err) from None
+        return count
+
+    def _run_ids(self, runs: list[Run], from_results_db: bool) -> dict[int, int]:
+        """Insert runs; map id(Run) -> runs.id for the runs whose samples this file owns."""
+        self._removed = 0
+        last_id = self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM runs").fetchone()[0]
+        before = self.conn.total_changes
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO runs(run_key, time, jobid, nodelist, session, "
+            "from_results_db, source, attrs) VALUES(?,?,?,?,?,?,?,?)",
+            [(r.key, r.time, r.jobid, r.nodelist, r.session, int(from_results_db), r.source,
+              json.dumps(r.attrs, sort_keys=True) if r.attrs else "{}") for r in runs])
+        known: dict[str, tuple[int, int]] = {}
+        keys = [r.key for r in runs]
+        if self.conn.total_changes - before == len(runs):
+            # All new (the usual nightly case): under our write lock SQLite numbered them
+            # last_id + 1, + 2, ... in insert order; no need to look them up.
+            flag = int(from_results_db)
+            known = {k: (last_id + 1 + i, flag) for i, k in enumerate(keys)}
+            keys = []
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            for rid, key, flag in self.conn.execute(
+                    f"SELECT id, run_key, from_results_db FROM runs WHERE run_key IN ({marks})",
+                    chunk):
+                known[key] = (rid, flag)
+        out: dict[int, int] = {}
+        takeover = []
+        for r in runs:
+            rid, flag = known[r.key]
+            if from_results_db and not flag:
+                continue  # a perflog already holds this run
+            if not from_results_db and flag:
+                takeover.append(rid)
+            out[id(r)] = rid
+        if takeover:  # rare: the results DB was ingested before its perflogs
+            before = self.conn.total_changes
+            self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS takeover(id INTEGER PRIMARY KEY)")
+            self.conn.execute("DELETE FROM takeover")
+            self.conn.executemany("INSERT OR IGNORE INTO takeover VALUES(?)",
+                                  [(i,) for i in takeover])
+            self.conn.execute("DELETE FROM samples WHERE run_id IN (SELECT id FROM takeover)")
+            self._removed = self.conn.total_changes - before
+            self.conn.executemany("UPDATE runs SET from_results_db=0 WHERE id=?",
+                                  [(i,) for i in takeover])
+            # The perflog's view of the run's attributes wins too.
+            attrs = {r.key: r.attrs for r in runs}
+            self.conn.executemany(
+                "UPDATE runs SET attrs=? WHERE id=? AND run_key=?",
+                [(json.dumps(attrs[k], sort_keys=True), i, k)
+                 for k, (i, _) in known.items() if i in set(takeover)])
+        return out
+
+    def _series_ids(self, samples: Sequence[Sample]) -> list[int]:
+        cache: dict[tuple, int] = {}
+        ids = []
+        last_run = None
+        base: tuple = ()
+        for sample in samples:
+            run = sample.run
+            if run is not last_run:  # samples of one run come together
+                base = (run.test, run.param_key, run.system, run.partition, run.environ)
+                last_run = run
+            ckey = (*base, sample.perfvar)
+            sid = cache.get(ckey)
+            if sid is None:
+                key = SeriesKey(*ckey)
+                text = _key_text(key)
+                self.conn.execute(
+                    "INSERT OR IGNORE INTO series(key, test, system, partition, environ, "
+                    "perfvar, params) VALUES(?,?,?,?,?,?,?)",
+                    (text, key.test, key.system, key.partition, key.environ, key.perfvar,
+                     json.dumps(dict(key.params), sort_keys=True)))
+                sid = self.conn.execute("SELECT id FROM series WHERE key=?",
+                                        (text,)).fetchone()[0]
+                cache[ckey] = sid
+            ids.append(sid)
+        return ids
+
+    # -- reading ---------------------------------------------------------------------
+
+    def sessions(self) -> dict[str, Session]:
+        """Results-DB sessions, by uuid."""
+        rows = self._query("SELECT uuid, start, end, extras FROM sessions ORDER BY start")
+        return {u: Session(u, s or 0.0, e or 0.0, json.loads(x)) for u, s, e, x in rows}
+
+    def _query(self, sql: str, args: Sequence[object] = ()) -> list[tuple]:
+        try:
+            return self.conn.execute(sql, args).fetchall()
+        except sqlite3.Error as err:
+            raise self._error(err) from None
+
+    @staticmethod
+    def _series_data(rows: list[tuple], keys: dict[int, SeriesKey], run_session: dict[int, str],
+                     run_job: dict[int, str]) -> SeriesData:
+        sid, time, run, value, ref, lower, upper, result, unit = zip(*rows)
+        return SeriesData(
+            id=sid[0], key=keys[sid[0]], unit=unit[-1],
+            time=np.array(time, dtype=float), value=np.array(value, dtype=float),
+            ref=np.array(ref, dtype=float), lower=np.array(lower, dtype=float),
+            upper=np.array(upper, dtype=float), result=list(result),
+            session=[run_session[r] for r in run], jobid=[run_job[r] for r in run])
+
+    def count(self) -> tuple[int, int]:
+        """(number of series, number of values)."""
+        nseries = self._query("SELECT COUNT(*) FROM series")[0][0]
+        nvalues = self._query("SELECT COUNT(*) FROM samples")[0][0]
+        return nseries, nvalues
+
+    def load(self) -> list[SeriesData]:
+        """Every series with its values, sessions resolved (results DB, else derived)."""
+        keys = {}
+        for sid, test, system, partition, environ, perfvar, params in self._query(
+                "SELECT id, test, system, partition, environ, perfvar, params FROM series"):
+            keys[sid] = SeriesKey(test, tuple(sorted(json.loads(params).items())), system,
+                                  partition, environ, perfvar)
+        runs = self._query("SELECT r.id, COALESCE(r.session, l.session), r.time, r.jobid "
+                           "FROM runs r LEFT JOIN run_sessions l ON l.run_key = r.run_key")
+        derived = derive_sessions(np.array([r[2] for r in runs if r[1] is None], dtype=float))
+        run_session = {r[0]: r[1] if r[1] is not None else derived[r[2]] for r in runs}
+        run_job = {r[0]: r[3] for r in runs}
+        out: list[SeriesData] = []
+        try:
+            cursor = self.conn.execute(
+                "SELECT series_id, time, run_id, value, ref, lower_thres, upper_thres, "
+                "result, unit FROM samples ORDER BY series_id, time, run_id")
+            pending: list[tuple] = []
+            # One series at a time: memory stays near the size of the arrays.
+            while True:
+                rows = cursor.fetchmany(20000)
+                for row in rows:
+                    if pending and row[0] != pending[0][0]:
+                        out.append(self._series_data(pending, keys, run_session, run_job))
+                        pending = []
+                    pending.append(row)
+                if not rows:
+                    break
+            if pending:
+                out.append(self._series_data(pending, keys, run_session, run_job))
+        except sqlite3.Error as err:
+            raise self._error(err) from None
+        out.sort(key=lambda s: (s.key.test, s.key.params, s.key.system, s.key.partition,
+                                s.key.environ, s.key.perfvar))
+        return out
+
+
+def derive_sessions(times: np.ndarray, gap: float = SESSION_GAP) -> dict[float, str]:
+    """Name sessions for runs the results DB does not know.
+
+    Rule: sort the run times; a new session starts where two consecutive runs are more
+    than ``gap`` seconds apart. The session is named ``run-<UTC start>`` after its
+    first run, e.g. ``run-20261121T055749Z``.
+    """
+    if len(times) == 0:
+        return {}
+    uniq = np.unique(times)
+    starts = np.concatenate(([True], np.diff(uniq) > gap))
+    first = uniq[np.maximum.accumulate(np.where(starts, np.arange(len(uniq)), 0))]
+    label = {f: "run-" + datetime.fromtimestamp(f, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+             for f in np.unique(first).tolist()}
+    return {t: label[f] for t, f in zip(uniq.tolist(), first.tolist())}

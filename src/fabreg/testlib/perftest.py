@@ -1,0 +1,155 @@
+"""perftest (``ib_write_bw``, ``ib_read_lat``, ...) as ReFrame checks: raw RDMA below MPI.
+
+Server and client run in one job (same node, or the first two nodes of a Slurm
+allocation) over a full message-size sweep (``-a``). Bandwidth tests add queue
+pair and post-list sweeps; all tests run with polling and with event-driven
+completion. A host without an RDMA device is skipped up front (sysfs), and a
+node that reports none at run time is skipped with perftest's own words.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import reframe as rfm
+import reframe.utility.sanity as sn
+import reframe.utility.typecheck as typ
+from reframe.core.backends import getlauncher
+from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
+from reframe.core.exceptions import SanityError
+
+from fabreg.counters import SYSFS_INFINIBAND, rdma_devices
+from fabreg.metrics import perfvar_name
+from fabreg.parsers.perftest import PerftestTable, failure_reason, no_device_reason, parse_perftest
+from fabreg.testlib import client_server
+from fabreg.testlib.counters import FabricCounters
+from fabreg.testlib.mpi import node_counts
+from fabreg.testlib.references import ReferenceKeys, ReferencesMixin
+from fabreg.testlib.workloads import free_port, restrict_to_nodes
+
+KB, MB = 1 << 10, 1 << 20
+#: ``-a`` runs every power of two from 2 B to 8 MiB.
+SWEEP = [1 << k for k in range(1, 24)]
+TABLE = "perftest_table.tsv"
+
+
+def no_rdma_device_reason(ib_root: Path = SYSFS_INFINIBAND) -> str | None:
+    if rdma_devices(ib_root):
+        return None
+    return (f"no RDMA device: {ib_root} lists none on this host "
+            "(perftest needs an InfiniBand/RoCE device and its driver)")
+
+
+class PerftestCheck(FabricCounters, ReferencesMixin, rfm.RunOnlyRegressionTest):
+    """One perftest benchmark over the full size sweep."""
+
+    #: perftest program, e.g. ``ib_write_bw`` (perflog column).
+    benchmark = variable(str, loggable=True)
+    #: Server and client on one node (RDMA loopback) or on two nodes.
+    nodes = parameter([n for n in node_counts() if n <= 2])
+    #: Sizes that become performance variables.
+    perf_sizes = variable(list, value=[], loggable=False)
+    iterations = variable(int, value=1000, loggable=True)
+    #: Skip on a local partition whose host lists no RDMA device (set False to let
+    #: perftest itself say so at run time).
+    detect_devices = variable(typ.Bool, value=True, loggable=False)
+
+    valid_systems = ["*"]
+    valid_prog_environs = ["builtin"]
+    time_limit = "10m"
+    executable = f"bash {client_server.SCRIPT}"
+
+    # Subclasses define the parameter ``completion`` (``polling``/``event``), and
+    # bandwidth tests ``qps`` and ``post_list``.
+
+    @property
+    def is_bandwidth(self) -> bool:
+        return self.benchmark.endswith("_bw")
+
+    @run_after("init")
+    def set_tasks(self) -> None:
+        restrict_to_nodes(self, self.nodes)
+        self.num_tasks, self.num_tasks_per_node = self.nodes, 1
+
+    def is_local(self) -> bool:
+        return self.current_partition.scheduler.registered_name == "local"
+
+    @run_after("setup")
+    def skip_without_device(self) -> None:
+        if not self.is_local():
+            return  # the nodes decide; a node without a device makes the test skip at sanity
+        self.skip_if(shutil.which(self.benchmark) is None,
+                     f"{self.benchmark} is not installed (Debian/Ubuntu: apt-get install perftest)")
+        declared = self.current_partition.extras.get("rdma_devices")
+        if self.detect_devices and not declared:
+            reason = no_rdma_device_reason()
+            self.skip_if(bool(reason), reason or "")
+
+    def options(self) -> list[str]:
+        opts = ["-a", "-F", "-n", str(self.iterations)]
+        devices = self.current_partition.extras.get("rdma_devices") or []
+        if devices:
+            dev, _, port = str(devices[0]).partition(":")
+            opts += ["-d", dev] + (["-i", port] if port else [])
+        if self.completion == "event":
+            opts.append("-e")
+        if self.is_bandwidth:
+            opts += ["-q", str(self.qps), "-l", str(self.post_list)]
+        return opts
+
+    def reference_keys(self) -> ReferenceKeys:
+        """Every figure at a chosen size needs a reference; the message rate may have one."""
+        return {name: ({"benchmark": self.benchmark, "metric": metric, "size": size,
+                        "nodes": self.nodes}, metric != "msgrate")
+                for name, (metric, size, _, _) in self.wanted().items()}
+
+    @run_before("run")
+    def write_script(self) -> None:
+        port = str(free_port())
+        server = [self.benchmark, *self.options(), "-p", port]
+        text = client_server.script(server, [*server, "{server_host}"], nodes=self.nodes)
+        Path(self.stagedir, client_server.SCRIPT).write_text(text)
+        self.job.launcher = getlauncher("local")()
+        self.keep_files = [*self.keep_files, client_server.SERVER_OUT, TABLE]
+
+    def table(self) -> PerftestTable:
+        return parse_perftest(Path(self.stagedir, str(self.stdout.evaluate())).read_text())
+
+    @sanity_function
+    def full_sweep(self) -> bool:
+        text = Path(self.stagedir, str(self.stdout.evaluate())).read_text()
+        if reason := no_device_reason(text):
+            self.skip(reason)
+        if reason := failure_reason(text):
+            raise SanityError(reason)
+        table = self.table()
+        missing = [s for s in SWEEP if s not in table.rows]
+        if missing:
+            raise SanityError(f"{self.benchmark}: no result for sizes {missing}")
+        lines = ["bytes\t" + "\t".join(table.columns[1:])]
+        lines += [f"{size}\t" + "\t".join(str(row[c]) for c in table.columns[1:])
+                  for size, row in sorted(table.rows.items())]
+        Path(self.stagedir, TABLE).write_text("\n".join(lines) + "\n")
+        return True
+
+    def wanted(self) -> dict[str, tuple[str, int, str, str]]:
+        """perf variable -> (metric, size, table key, unit)."""
+        out = {}
+        if self.is_bandwidth:
+            for size in self.perf_sizes or [64 * KB, 1 * MB, 8 * MB]:
+                out[perfvar_name("bandwidth", size)] = ("bandwidth", size, "bw_average", "MB/s")
+            out[perfvar_name("msgrate", 8)] = ("msgrate", 8, "msg_rate", "Mpps")
+        else:
+            for size in self.perf_sizes or [8, 4 * KB]:
+                out[perfvar_name("latency", size)] = ("latency", size, "t_typical", "us")
+            out[perfvar_name("latency_p99", 8)] = ("latency_p99", 8, "t_p99", "us")
+        return out
+
+    @run_before("performance")
+    def set_perf_variables(self) -> None:
+        self.perf_variables = {
+            name: sn.make_performance_function(
+                lambda s=size, k=key: self.table().value(s, k), unit)
+            for name, (_, size, key, unit) in self.wanted().items()
+        }

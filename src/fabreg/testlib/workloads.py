@@ -1,0 +1,147 @@
+"""Shared pieces of the workload checks (streams, tail latency, matmul, ucx_perftest, perftest).
+
+- ``WorkloadProbes``: fixture that builds fabreg's workload probes (src/probes/fabreg_*.c)
+  once per environment, with the environment's MPI compiler wrapper;
+- ``ProbeCheck``: an MPI check (transport x nodes matrix) that runs one of those probes,
+  with fabric counters and references;
+- ``launcher_argv``: the launcher command for an extra launch inside the same job.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import reframe as rfm
+import reframe.core.runtime as rt
+from reframe.core.builtins import fixture, run_after, run_before, sanity_function, variable
+from reframe.core.exceptions import ReframeError, ReframeFatalError
+
+from fabreg import providers
+from fabreg.errors import FabregError
+from fabreg.testlib.counters import FabricCounters
+from fabreg.testlib.mpi import MpiCheck, max_nodes, unavailable_reason
+from fabreg.testlib.references import ReferenceKeys, ReferencesMixin
+
+PROBES = ("fabreg_streams", "fabreg_tail_latency", "fabreg_matmul")
+
+
+class WorkloadProbes(rfm.CompileOnlyRegressionTest):
+    """Fixture: fabreg's workload probes built with one environment's MPI."""
+
+    build_system = "Make"
+
+    @run_after("setup")
+    def use_probe_sources(self) -> None:
+        self.skip_if(bool(reason := unavailable_reason(self.current_environ)), reason or "")
+        try:
+            self.sourcesdir = str(providers.probes_source_dir())
+        except FabregError as err:
+            raise ReframeError(str(err)) from None
+        self.build_system.options = list(PROBES)
+        self.build_system.max_concurrency = 1
+
+    @sanity_function
+    def built(self) -> bool:
+        missing = [p for p in PROBES if not Path(self.stagedir, p).is_file()]
+        if missing:
+            raise ReframeError(f"probes not built: {', '.join(missing)}")
+        return True
+
+    def path_of(self, probe: str) -> str:
+        return str(Path(self.stagedir, probe))
+
+
+def restrict_to_nodes(check: Any, nodes: int) -> None:
+    """Keep only the partitions that give one job ``nodes`` nodes (for checks without MPI).
+
+    Outside a ReFrame session (unit tests) nothing changes.
+    """
+    try:
+        allowed = rt.valid_sysenv_comb(check.valid_systems, check.valid_prog_environs)
+    except ReframeFatalError:
+        return
+    check.valid_systems = [p.fullname for p in allowed if max_nodes(p) >= nodes]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (for a benchmark server)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+def launcher_argv(check: Any, num_tasks: int) -> list[str]:
+    """The command that starts ``num_tasks`` ranks inside this check's job.
+
+    Used for a second launch in the same job (e.g. the quiet run of the tail
+    latency check). The environment's launcher wins, as for the main launch.
+    """
+    argv = check.current_environ.extras.get("launcher")
+    fields = {"num_tasks": num_tasks, "num_nodes": check.num_nodes,
+              "num_tasks_per_node": max(1, num_tasks // max(1, check.num_nodes))}
+    if argv:
+        return [str(a).format(**fields) for a in argv] + list(check.launch_options)
+    name = check.current_partition.launcher_type.registered_name
+    if name == "srun":
+        return ["srun", "-n", str(num_tasks)] + list(check.launch_options)
+    if name in ("mpirun", "mpiexec"):
+        return [name, "-np", str(num_tasks)] + list(check.launch_options)
+    raise ReframeError(f"cannot start a second MPI launch with the {name!r} launcher; "
+                       "give the environment a 'launcher' in its extras")
+
+
+class ProbeCheck(FabricCounters, MpiCheck, ReferencesMixin):
+    """An MPI check that runs one of fabreg's workload probes.
+
+    Subclasses give ``placement()`` (nodes, ranks per node) for each ``nodes``
+    value they accept, mark the others impossible with ``impossible()`` at init,
+    and list their references in ``references_wanted()``.
+    """
+
+    #: The probe (perflog column), e.g. ``fabreg_streams``.
+    benchmark = variable(str, loggable=True)
+    #: Where the binary came from (perflog column).
+    provider = variable(str, value=providers.PROBES, loggable=True)
+
+    workload_probes = fixture(WorkloadProbes, scope="environment")
+
+    time_limit = "5m"
+
+    def impossible(self) -> None:
+        """Drop this test case everywhere (a combination that cannot exist, not a skip)."""
+        self.valid_systems = []
+
+    def probe_path(self) -> str:
+        return self.workload_probes.path_of(self.benchmark)
+
+    def reference_benchmark(self) -> str:
+        """The ``benchmark`` of this check's rows in ``checks/references/<system>.yaml``."""
+        return self.benchmark
+
+    def references_wanted(self) -> dict[str, tuple[str, int | None, bool]]:
+        """perf variable -> (metric, size, required in acceptance mode)."""
+        return {}
+
+    def reference_keys(self) -> ReferenceKeys:
+        common = {"benchmark": self.reference_benchmark(), "mpi": self.mpi,
+                  "transport": self.transport, "nodes": self.nodes}
+        return {var: ({**common, "metric": metric, "size": size}, required)
+                for var, (metric, size, required) in self.references_wanted().items()}
+
+    @run_after("setup")
+    def allow_oversubscription(self) -> None:
+        """More ranks than cores on a local host is intended here (2-core CI machines)."""
+        local = self.current_partition.scheduler.registered_name == "local"
+        if (local and self.mpi == "openmpi" and self.num_tasks > (os.cpu_count() or 1)
+                and "--oversubscribe" not in self.launch_options):
+            self.launch_options = [*self.launch_options, "--oversubscribe"]
+
+    @run_before("run")
+    def use_probe(self) -> None:
+        self.executable = self.probe_path()
+
+    def output_text(self, name: str | None = None) -> str:
+        return Path(self.stagedir, name or str(self.stdout.evaluate())).read_text()

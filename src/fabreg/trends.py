@@ -1,0 +1,220 @@
+"""Direction-aware change-point detection on performance series.
+
+Method (docs/trends.md has the evidence for choosing it):
+
+1. Work on ``log(value)`` so a shift is relative (x % whatever the level) and
+   multiplicative noise is even; non-positive data stay linear.
+2. Estimate the noise ``sigma`` robustly from first differences (MAD / sqrt 2),
+   which level shifts barely touch.
+3. Tame outliers: each point is clipped to ``median of its 7 neighbours ± 3 sigma``.
+   A lone spike then weighs like a 3-sigma point and cannot make a change point.
+4. Binary segmentation with the two-sample statistic
+   ``t = |mean(right) - mean(left)| / (sigma * sqrt(1/nl + 1/nr))`` over every split
+   leaving at least ``min_run`` (3) points on each side; a split is kept when its
+   Bonferroni-corrected p-value (number of candidate splits x two-sided normal tail)
+   is below ``alpha`` (0.001), then both halves are searched again.
+5. Merge: change points are re-tested against their neighbours' segments, the
+   weakest one that fails is dropped until all pass (as in Otava/Hunter); each
+   survivor is re-placed at the best split between its neighbours.
+
+Every change reports the first run at the new level, ``shift_pct`` (relative change
+of the segment means) with a 95 % confidence interval, and whether it is a
+regression or an improvement for this variable (:func:`fabreg.metrics.lower_is_better`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fabreg.metrics import lower_is_better
+from fabreg.store import SeriesData
+
+ALPHA = 0.001
+MIN_RUN = 3
+CLIP_SIGMAS = 3.0
+NOISE_FLOOR = 1e-3  # relative: 0.1 %, so constant series do not divide by zero
+MIN_SHIFT_PCT = 1.0
+
+REGRESSION = "regression"
+IMPROVEMENT = "improvement"
+STABLE = "stable"
+TOO_FEW = "too few points"
+
+
+@dataclass
+class Change:
+    """One detected change point: the series moved at ``index``."""
+
+    index: int  # first run at the new level
+    shift_pct: float
+    ci_low_pct: float
+    ci_high_pct: float
+    pvalue: float
+    verdict: str  # REGRESSION or IMPROVEMENT
+    before: float  # typical value (geometric mean) before and after
+    after: float
+
+
+@dataclass
+class SeriesVerdict:
+    series: SeriesData
+    verdict: str
+    changes: list[Change] = field(default_factory=list)
+    noise_pct: float = 0.0
+
+    @property
+    def open_regression(self) -> bool:
+        return self.verdict == REGRESSION
+
+
+@dataclass
+class _Prepared:
+    y: np.ndarray  # transformed, outlier-clipped
+    sigma: float
+    log: bool
+    scale: float  # for linear mode: |median| the shift is relative to
+
+
+def _rolling_median(y: np.ndarray, half: int) -> np.ndarray:
+    n = len(y)
+    width = 2 * half + 1
+    out = np.empty(n)
+    if n >= width:
+        windows = np.lib.stride_tricks.sliding_window_view(y, width)
+        out[half: n - half] = np.median(windows, axis=1)
+        edges = list(range(half)) + list(range(n - half, n))
+    else:
+        edges = list(range(n))
+    for i in edges:
+        out[i] = np.median(y[max(0, i - half): i + half + 1])
+    return out
+
+
+def _prepare(values: np.ndarray, min_run: int) -> _Prepared:
+    positive = bool(np.all(values > 0))
+    if positive:
+        y = np.log(values)
+        scale = 1.0
+    else:
+        scale = float(np.median(np.abs(values))) or 1.0
+        y = values / scale
+    if len(y) > 2:
+        d = np.diff(y)
+        sigma = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2)
+        if sigma == 0.0:  # quantised data: fall back to the spread of the differences
+            sigma = float(np.std(d)) / math.sqrt(2)
+    else:
+        sigma = 0.0
+    sigma = max(sigma, NOISE_FLOOR)
+    med = _rolling_median(y, min_run)
+    y = med + np.clip(y - med, -CLIP_SIGMAS * sigma, CLIP_SIGMAS * sigma)
+    return _Prepared(y, sigma, positive, scale)
+
+
+def _best_split(csum: np.ndarray, a: int, b: int, sigma: float,
+                min_run: int) -> tuple[int, float, float]:
+    """Best split k in [a+min_run, b-min_run] of y[a:b]: (k, |t|, Bonferroni p)."""
+    ks = np.arange(a + min_run, b - min_run + 1)
+    if len(ks) == 0:
+        return -1, 0.0, 1.0
+    nl = ks - a
+    nr = b - ks
+    left = (csum[ks] - csum[a]) / nl
+    right = (csum[b] - csum[ks]) / nr
+    t = np.abs(right - left) / (sigma * np.sqrt(1.0 / nl + 1.0 / nr))
+    i = int(np.argmax(t))
+    tmax = float(t[i])
+    p = min(1.0, len(ks) * math.erfc(tmax / math.sqrt(2)))
+    return int(ks[i]), tmax, p
+
+
+def change_points(values: np.ndarray, alpha: float = ALPHA,
+                  min_run: int = MIN_RUN) -> tuple[list[int], _Prepared]:
+    """Indices where a new level starts (sorted), and the prepared series."""
+    prep = _prepare(np.asarray(values, dtype=float), min_run)
+    n = len(prep.y)
+    csum = np.concatenate(([0.0], np.cumsum(prep.y)))
+    found: list[int] = []
+    todo = [(0, n)]
+    while todo:
+        a, b = todo.pop()
+        if b - a < 2 * min_run:
+            continue
+        k, _, p = _best_split(csum, a, b, prep.sigma, min_run)
+        if k >= 0 and p < alpha:
+            found.append(k)
+            todo += [(a, k), (k, b)]
+    cps = sorted(found)
+    # Merge: drop the weakest change point that no longer passes against its
+    # neighbouring segments, re-placing the rest, until all pass.
+    while cps:
+        bounds = [0] + cps + [n]
+        worst, worst_p = -1, -1.0
+        for j in range(len(cps)):
+            a, b = bounds[j], bounds[j + 2]
+            k, _, p = _best_split(csum, a, b, prep.sigma, min_run)
+            if k >= 0:
+                cps[j] = k
+            if k < 0 or p > worst_p:
+                worst, worst_p = j, (1.0 if k < 0 else p)
+        if worst_p < alpha:
+            break
+        del cps[worst]
+    return sorted(set(cps)), prep
+
+
+def detect_values(values: np.ndarray, lower_better: bool, alpha: float = ALPHA,
+                  min_run: int = MIN_RUN, min_shift_pct: float = MIN_SHIFT_PCT
+                  ) -> tuple[str, list[Change], float]:
+    """(verdict, changes, noise %) for a plain array of values, oldest first."""
+    values = np.asarray(values, dtype=float)
+    if len(values) < 2 * min_run:
+        return TOO_FEW, [], 0.0
+    cps, prep = change_points(values, alpha, min_run)
+    n = len(values)
+    bounds = [0] + cps + [n]
+    changes = []
+    for j, k in enumerate(cps):
+        a, b = bounds[j], bounds[j + 2]
+        left, right = prep.y[a:k], prep.y[k:b]
+        d = float(np.mean(right) - np.mean(left))
+        se = prep.sigma * math.sqrt(1 / len(left) + 1 / len(right))
+        p = min(1.0, (b - a - 2 * min_run + 1) * math.erfc(abs(d) / se / math.sqrt(2)))
+        if prep.log:
+            pct = [math.expm1(x) * 100 for x in (d, d - 1.96 * se, d + 1.96 * se)]
+            before, after = math.exp(float(np.mean(left))), math.exp(float(np.mean(right)))
+        else:
+            base = abs(float(np.mean(left))) or 1.0
+            pct = [x / base * 100 for x in (d, d - 1.96 * se, d + 1.96 * se)]
+            before = float(np.mean(left)) * prep.scale
+            after = float(np.mean(right)) * prep.scale
+        if abs(pct[0]) < min_shift_pct:
+            continue
+        worse = (d > 0) if lower_better else (d < 0)
+        changes.append(Change(k, pct[0], pct[1], pct[2], p,
+                              REGRESSION if worse else IMPROVEMENT, before, after))
+    verdict = changes[-1].verdict if changes else STABLE
+    noise = math.expm1(prep.sigma) * 100 if prep.log else prep.sigma * 100
+    return verdict, changes, noise
+
+
+def detect(series: SeriesData, alpha: float = ALPHA, min_run: int = MIN_RUN,
+           min_shift_pct: float = MIN_SHIFT_PCT) -> SeriesVerdict:
+    """Change points and verdict for one series of the store."""
+    verdict, changes, noise = detect_values(
+        series.value, lower_is_better(series.key.perfvar, series.unit), alpha, min_run,
+        min_shift_pct)
+    return SeriesVerdict(series, verdict, changes, noise)
+
+
+def analyse(all_series: list[SeriesData], alpha: float = ALPHA, min_run: int = MIN_RUN,
+            min_shift_pct: float = MIN_SHIFT_PCT, progress=None) -> list[SeriesVerdict]:
+    out = []
+    for i, series in enumerate(all_series):
+        out.append(detect(series, alpha, min_run, min_shift_pct))
+        if progress is not None:
+            progress(i + 1, len(all_series))
+    return out

@@ -1,0 +1,337 @@
+/*
+ * fabreg_tail_latency: per-iteration latency of allreduce or alltoall, quiet and
+ * under background traffic on the same nodes and links, in one run.
+ *
+ * The ranks are split: the last 2*B ranks (with -I: the odd ranks, so that on
+ * several nodes each node has measured and background ranks and every
+ * background pair spans two nodes) form B background pairs that stream large
+ * messages both ways; the others form the measured communicator. The
+ * measurement alternates blocks of iterations with the background off (its
+ * ranks sleep) and on (its ranks stream in bursts: each round of large messages
+ * is followed by a pause, so traffic fills -D percent of the time, default 25),
+ * so both samples see the same host
+ * and any slow drift in the machine's load hits both alike. Every iteration
+ * starts after a barrier; its time is the slowest measured rank's. Rank 0
+ * prints one machine-readable block (see docs/workloads.md):
+ *
+ *   # fabreg_tail_latency v2 op=allreduce size=65536 iterations=500 blocks=5 ranks=4
+ *   #   measured_ranks=2 background_pairs=1 background_size=1048576   (one line really)
+ *   # phase p50_us p90_us p99_us max_us mean_us min_us p99_over_p50
+ *   quiet 51.2 60.1 90.5 300.1 55.0 49.0 1.77
+ *   loaded 66.5 105.4 3212.1 5608.0 90.0 64.7 48.3
+ *   # end fabreg_tail_latency status=ok background_rounds=140
+ *
+ * Without background pairs only the quiet row is printed. The collective
+ * algorithm is chosen outside the probe (Open MPI coll_tuned MCA parameters,
+ * MPICH MPIR_CVAR_* variables), so one binary compares algorithms.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <getopt.h>
+#include <unistd.h>
+
+#define TAG_PHASE 11
+#define TAG_CTRL 12
+#define TAG_BG 13
+#define TAG_ACK 14
+
+enum phase { OFF = 0, ON = 1, STOP = 2 };
+
+struct options {
+    int alltoall;
+    long size;
+    int iterations, warmup, blocks, bg_pairs, bg_window, duty, interleave;
+    long bg_size;
+};
+
+static int parse_options(int argc, char **argv, struct options *o, int quiet)
+{
+    static struct option longopts[] = {
+        {"op", required_argument, 0, 'o'},
+        {"size", required_argument, 0, 's'},
+        {"iterations", required_argument, 0, 'i'},
+        {"warmup", required_argument, 0, 'x'},
+        {"blocks", required_argument, 0, 'k'},
+        {"background-pairs", required_argument, 0, 'b'},
+        {"background-size", required_argument, 0, 'B'},
+        {"background-window", required_argument, 0, 'W'},
+        {"background-duty", required_argument, 0, 'D'},
+        {"interleave", no_argument, 0, 'I'},
+        {0, 0, 0, 0},
+    };
+    int c;
+    if (quiet) opterr = 0;
+    o->alltoall = 0; o->size = 8; o->iterations = 1000; o->warmup = 100; o->blocks = 5;
+    o->bg_pairs = 0; o->bg_size = 1 << 20; o->bg_window = 4; o->duty = 25; o->interleave = 0;
+    while ((c = getopt_long(argc, argv, "o:s:i:x:k:b:B:W:D:I", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'o':
+            if (!strcmp(optarg, "allreduce")) o->alltoall = 0;
+            else if (!strcmp(optarg, "alltoall")) o->alltoall = 1;
+            else {
+                if (!quiet)
+                    fprintf(stderr, "fabreg_tail_latency: unknown op '%s' "
+                            "(allreduce, alltoall)\n", optarg);
+                return 1;
+            }
+            break;
+        case 's': o->size = atol(optarg); break;
+        case 'i': o->iterations = atoi(optarg); break;
+        case 'x': o->warmup = atoi(optarg); break;
+        case 'k': o->blocks = atoi(optarg); break;
+        case 'b': o->bg_pairs = atoi(optarg); break;
+        case 'B': o->bg_size = atol(optarg); break;
+        case 'W': o->bg_window = atoi(optarg); break;
+        case 'D': o->duty = atoi(optarg); break;
+        case 'I': o->interleave = 1; break;
+        default:
+            if (!quiet)
+                fprintf(stderr, "usage: %s [-o allreduce|alltoall] [-s bytes] [-i iterations] "
+                        "[-x warmup] [-k blocks] [-b background_pairs] [-B background_bytes] "
+                        "[-W background_window] [-D background_duty_percent] [-I]\n", argv[0]);
+            return 1;
+        }
+    }
+    if (o->size < 1 || o->iterations < 1 || o->warmup < 0 || o->bg_pairs < 0 ||
+        o->bg_size < 1 || o->bg_window < 1 || o->blocks < 1 || o->blocks > o->iterations ||
+        o->duty < 1 || o->duty > 100) {
+        if (!quiet)
+            fprintf(stderr, "fabreg_tail_latency: sizes and counts must be positive "
+                    "(blocks <= iterations, duty 1..100 %%)\n");
+        return 1;
+    }
+    return 0;
+}
+
+/* Wait for a request, sleeping `nap` microseconds between polls (0: spin), so
+ * idle background ranks leave the CPUs to the measured ones. */
+static void wait_request(MPI_Request *req, useconds_t nap)
+{
+    int done = 0;
+    while (!done) {
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (!done && nap) usleep(nap);
+    }
+}
+
+/* Poll interval while the background is off (rare wake-ups: the quiet phase
+ * must stay quiet) and between bursts. */
+#define NAP_OFF 2000
+#define NAP_BURST 100
+
+static void exchange(const struct options *o, char *sbuf, char *rbuf, int partner,
+                     MPI_Request *req, MPI_Status *stat)
+{
+    int k;
+    for (k = 0; k < o->bg_window; k++) {
+        MPI_Irecv(rbuf + k * o->bg_size, (int)o->bg_size, MPI_BYTE, partner, TAG_BG,
+                  MPI_COMM_WORLD, &req[2 * k]);
+        MPI_Isend(sbuf + k * o->bg_size, (int)o->bg_size, MPI_BYTE, partner, TAG_BG,
+                  MPI_COMM_WORLD, &req[2 * k + 1]);
+    }
+    MPI_Waitall(2 * o->bg_window, req, stat);
+}
+
+/* One background pair. The leader takes phase changes from world rank 0, passes
+ * each round's phase to its partner, and acknowledges a change once it has
+ * taken effect (after the first round when switched on). */
+static long background(const struct options *o, int me, int partner, int leader)
+{
+    char *sbuf = malloc(o->bg_size * o->bg_window), *rbuf = malloc(o->bg_size * o->bg_window);
+    MPI_Request *req = malloc(sizeof(*req) * 2 * o->bg_window);
+    MPI_Status *stat = malloc(sizeof(*stat) * 2 * o->bg_window);
+    MPI_Request phase_req = MPI_REQUEST_NULL, ctrl_req;
+    int state = OFF, msg = OFF, ack = 1;
+    long rounds = 0;
+    memset(sbuf, me & 0xff, o->bg_size * o->bg_window);
+    if (leader) MPI_Irecv(&msg, 1, MPI_INT, 0, TAG_PHASE, MPI_COMM_WORLD, &phase_req);
+    for (;;) {
+        int changed = 0;
+        if (leader) {
+            if (state == OFF) {
+                wait_request(&phase_req, NAP_OFF);
+                changed = 1;
+            } else {
+                MPI_Test(&phase_req, &changed, MPI_STATUS_IGNORE);
+            }
+            if (changed) {
+                state = msg;
+                if (state != STOP)
+                    MPI_Irecv(&msg, 1, MPI_INT, 0, TAG_PHASE, MPI_COMM_WORLD, &phase_req);
+            }
+            MPI_Send(&state, 1, MPI_INT, partner, TAG_CTRL, MPI_COMM_WORLD);
+        } else {
+            int incoming;
+            MPI_Irecv(&incoming, 1, MPI_INT, partner, TAG_CTRL, MPI_COMM_WORLD, &ctrl_req);
+            wait_request(&ctrl_req, state != ON ? NAP_OFF : o->duty < 100 ? NAP_BURST : 0);
+            state = incoming;
+        }
+        if (state == STOP) break;
+        if (state == ON) {
+            double t = MPI_Wtime();
+            exchange(o, sbuf, rbuf, partner, req, stat);
+            rounds++;
+            /* Bursts: stream for a round, then pause so traffic fills `duty` % of the time. */
+            if (leader && o->duty < 100) {
+                t = (MPI_Wtime() - t) * (100.0 - o->duty) / o->duty;
+                usleep((useconds_t)(t * 1e6));
+            }
+        }
+        if (leader && changed)
+            MPI_Send(&ack, 1, MPI_INT, 0, TAG_ACK, MPI_COMM_WORLD);
+    }
+    free(sbuf); free(rbuf); free(req); free(stat);
+    return rounds;
+}
+
+/* World rank of the i-th background rank: the last ones, or with -I the odd ones. */
+static int background_rank(const struct options *o, int measured, int i)
+{
+    return o->interleave ? 2 * i + 1 : measured + i;
+}
+
+/* World rank 0 switches every background pair and waits until each has switched. */
+static void set_background(const struct options *o, int phase, int measured)
+{
+    int p, ack;
+    for (p = 0; p < o->bg_pairs; p++)
+        MPI_Send(&phase, 1, MPI_INT, background_rank(o, measured, 2 * p), TAG_PHASE,
+                 MPI_COMM_WORLD);
+    if (phase == STOP) return;
+    for (p = 0; p < o->bg_pairs; p++)
+        MPI_Recv(&ack, 1, MPI_INT, background_rank(o, measured, 2 * p), TAG_ACK,
+                 MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of sorted values. */
+static double percentile(const double *v, int n, double p)
+{
+    int idx = (int)(p / 100.0 * n + 0.999999) - 1;
+    if (idx < 0) idx = 0;
+    if (idx >= n) idx = n - 1;
+    return v[idx];
+}
+
+static void report(const char *phase, double *t, int n)
+{
+    double sum = 0, p50, p99;
+    int i;
+    qsort(t, n, sizeof(double), cmp_double);
+    for (i = 0; i < n; i++) sum += t[i];
+    p50 = percentile(t, n, 50);
+    p99 = percentile(t, n, 99);
+    printf("%s %.3f %.3f %.3f %.3f %.3f %.3f %.4f\n", phase, p50 * 1e6,
+           percentile(t, n, 90) * 1e6, p99 * 1e6, t[n - 1] * 1e6, sum / n * 1e6, t[0] * 1e6,
+           p50 > 0 ? p99 / p50 : 0.0);
+}
+
+struct buffers { char *s, *r; long count; };
+
+static double one_iteration(const struct options *o, MPI_Comm comm, struct buffers *b)
+{
+    double t;
+    MPI_Barrier(comm);
+    t = MPI_Wtime();
+    if (o->alltoall)
+        MPI_Alltoall(b->s, (int)b->count, MPI_BYTE, b->r, (int)b->count, MPI_BYTE, comm);
+    else
+        MPI_Allreduce(b->s, b->r, (int)b->count, MPI_DOUBLE, MPI_SUM, comm);
+    return MPI_Wtime() - t;
+}
+
+int main(int argc, char **argv)
+{
+    struct options o;
+    int rank, nranks, measured, color;
+    MPI_Comm comm;
+    long rounds = 0, total_rounds = 0;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    if (parse_options(argc, argv, &o, rank != 0)) {
+        MPI_Finalize();
+        return 2;
+    }
+    measured = nranks - 2 * o.bg_pairs;
+    if (measured < 2) {
+        if (rank == 0)
+            fprintf(stderr, "fabreg_tail_latency: %d ranks leave %d for the measurement after "
+                    "%d background pairs; need at least 2\n", nranks, measured, o.bg_pairs);
+        MPI_Finalize();
+        return 2;
+    }
+    if (o.interleave && (nranks % 2 || nranks / 2 != 2 * o.bg_pairs)) {
+        if (rank == 0)
+            fprintf(stderr, "fabreg_tail_latency: -I needs every odd rank in a background "
+                    "pair: %d ranks, so %d background pairs, not %d\n", nranks, nranks / 4,
+                    o.bg_pairs);
+        MPI_Finalize();
+        return 2;
+    }
+    color = o.interleave ? rank % 2 : rank >= measured;
+    MPI_Comm_split(MPI_COMM_WORLD, color, rank, &comm);
+
+    if (color == 0) {
+        int n, per_block = o.iterations / o.blocks, b, i, nq = 0, nl = 0;
+        int phases = o.bg_pairs > 0 ? 2 : 1;
+        double *quiet, *loaded, *quiet_max = NULL, *loaded_max = NULL;
+        struct buffers buf;
+        size_t bytes;
+        MPI_Comm_size(comm, &n);
+        /* allreduce: size bytes of doubles; alltoall: size bytes to every peer. */
+        buf.count = o.alltoall ? o.size : (o.size + 7) / 8;
+        bytes = o.alltoall ? (size_t)o.size * n : (size_t)buf.count * 8;
+        buf.s = malloc(bytes); buf.r = malloc(bytes);
+        memset(buf.s, 1, bytes);
+        quiet = malloc(sizeof(double) * per_block * o.blocks);
+        loaded = malloc(sizeof(double) * per_block * o.blocks);
+        for (i = 0; i < o.warmup; i++) one_iteration(&o, comm, &buf);
+        for (b = 0; b < o.blocks * phases; b++) {
+            int on = phases == 2 && b % 2 == 1;
+            if (phases == 2 && rank == 0) set_background(&o, on ? ON : OFF, measured);
+            for (i = 0; i < per_block; i++) {
+                double t = one_iteration(&o, comm, &buf);
+                if (on) loaded[nl++] = t; else quiet[nq++] = t;
+            }
+        }
+        if (rank == 0 && o.bg_pairs > 0) set_background(&o, STOP, measured);
+        if (rank == 0) {
+            quiet_max = malloc(sizeof(double) * nq);
+            loaded_max = malloc(sizeof(double) * (nl > 0 ? nl : 1));
+        }
+        MPI_Reduce(quiet, quiet_max, nq, MPI_DOUBLE, MPI_MAX, 0, comm);
+        if (nl > 0) MPI_Reduce(loaded, loaded_max, nl, MPI_DOUBLE, MPI_MAX, 0, comm);
+        MPI_Reduce(&rounds, &total_rounds, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+        if (rank == 0) {
+            printf("# fabreg_tail_latency v2 op=%s size=%ld iterations=%d blocks=%d ranks=%d "
+                   "measured_ranks=%d background_pairs=%d background_size=%ld\n",
+                   o.alltoall ? "alltoall" : "allreduce", o.size, nq, o.blocks, nranks, measured,
+                   o.bg_pairs, o.bg_size);
+            printf("# phase p50_us p90_us p99_us max_us mean_us min_us p99_over_p50\n");
+            report("quiet", quiet_max, nq);
+            if (nl > 0) report("loaded", loaded_max, nl);
+            printf("# end fabreg_tail_latency status=ok background_rounds=%ld\n", total_rounds);
+            fflush(stdout);
+        }
+        free(buf.s); free(buf.r); free(quiet); free(loaded); free(quiet_max); free(loaded_max);
+    } else {
+        int index = o.interleave ? rank / 2 : rank - measured;  /* among background ranks */
+        int leader = index % 2 == 0;
+        int partner = background_rank(&o, measured, leader ? index + 1 : index - 1);
+        rounds = background(&o, rank, partner, leader);
+        if (!leader) rounds = 0;  /* count each pair's rounds once */
+        MPI_Reduce(&rounds, &total_rounds, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    }
+    MPI_Comm_free(&comm);
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,108 @@
+"""End to end on perflogs and a results DB written by a real ReFrame run.
+
+Runs ReFrame (this project's reframe-config.py, FABREG_PERFLOG_DIR pointing to a
+temporary directory) on tests/data/checks/fake_fabric.py: two sessions with
+different session extras, the second 30 % slower; then a third session after the
+check gained a column, so ReFrame rotates the old file to ``.log.h0``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import REPO, fabreg, reframe_binary
+
+CHECK = REPO / "tests" / "data" / "checks" / "fake_fabric.py"
+pytestmark = pytest.mark.slow
+
+
+def reframe(tmp: Path, check: Path, *args: str) -> None:
+    binary = reframe_binary()
+    if binary is None:
+        pytest.skip("ReFrame not installed (pip install 'reframe-hpc==4.10.4')")
+    env = dict(os.environ, FABREG_PERFLOG_DIR=str(tmp / "perflogs"))
+    proc = subprocess.run([binary, "-C", str(REPO / "reframe-config.py"), "-c", str(check),
+                           "-r", "-p", "openmpi", "--prefix", str(tmp / "rfm"),
+                           "--report-file", str(tmp / "rfm" / "report.json"), *args],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=tmp)
+    # A performance failure (the slower session) still writes its perflog lines.
+    assert "Ran " in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("rfm")
+    reframe(tmp, CHECK, "--session-extras", "change=fw-2.0", "--reruns", "3")
+    # --repeat is what the acceptance mode uses: repeats in one session, same test names.
+    reframe(tmp, CHECK, "--session-extras", "change=fw-2.1", "--repeat", "4", "-S", "scale=1.3")
+    grown = tmp / "checks" / "fake_fabric.py"
+    grown.parent.mkdir()
+    grown.write_text(CHECK.read_text().replace(
+        "    executable = 'printf'",
+        "    provider = variable(str, value='probes', loggable=True)\n"
+        "    executable = 'printf'"))
+    reframe(tmp, grown, "--session-extras", "change=fw-2.2")
+    return tmp
+
+
+def test_rotated_header_files_and_results_db_are_ingested_once(real_run: Path):
+    logs = sorted(p.name for p in (real_run / "perflogs").rglob("FakeFabricLatency.log*"))
+    assert logs == ["FakeFabricLatency.log", "FakeFabricLatency.log.h0"]
+    db = real_run / "fabreg.db"
+    proc = fabreg("ingest", str(real_run / "perflogs"), db=db, check=True)
+    # 2 transports x 3 perf variables; 8 runs in the .h0 file, 1 in the new one.
+    lines = sum(len(p.read_text().splitlines()) - 1
+                for p in (real_run / "perflogs").rglob("FakeFabricLatency.log*"))
+    assert lines == 2 * (4 + 4 + 1)
+    assert f"{lines * 3} new value(s)" in proc.stdout
+    again = fabreg("ingest", str(real_run / "perflogs"), db=db, check=True)
+    assert "0 new value(s)" in again.stdout
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0] == lines * 3
+        extras = {json.loads(x)["change"] for (x,) in conn.execute("SELECT extras FROM sessions")}
+        assert extras == {"fw-2.0", "fw-2.1", "fw-2.2"}
+        unsessioned = conn.execute("SELECT COUNT(*) FROM long WHERE session IS NULL").fetchone()
+        assert unsessioned[0] == 0  # every perflog line joined to its ReFrame session
+        statuses = {json.loads(a).get("ref_status") for (a,) in conn.execute(
+            "SELECT attrs FROM runs")}
+        assert statuses == {"ok", "fail"}  # kept per run, not part of the series key
+
+
+def test_results_db_alone_then_perflogs_gives_the_same_store(real_run: Path, tmp_path: Path):
+    db = tmp_path / "f.db"
+    fabreg("ingest", str(real_run / "perflogs" / "results.db"), db=db, check=True)
+    fabreg("ingest", str(real_run / "perflogs"), db=db, check=True)
+    with sqlite3.connect(db) as conn:
+        n = conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+        series = conn.execute("SELECT COUNT(*) FROM series").fetchone()[0]
+    assert n == 2 * 9 * 3
+    assert series == 2 * 3 * 2  # shm/tcp x 3 variables x (without/with provider)
+
+
+def test_compare_trends_report_export_on_real_perflogs(real_run: Path, tmp_path: Path):
+    db = real_run / "fabreg.db"
+    fabreg("ingest", "-q", str(real_run / "perflogs"), db=db)
+    cmp = fabreg("compare", "change=fw-2.0", "change=fw-2.1", db=db)
+    assert cmp.returncode == 1, cmp.stdout + cmp.stderr
+    rows = [line for line in cmp.stdout.splitlines() if line.startswith("regression")]
+    assert len(rows) == 6  # every variable of both transports is 30 % worse
+    assert all("+30.0%" in r or "-23.1%" in r for r in rows), rows
+    tr = fabreg("trends", "--format", "json", db=db)
+    assert tr.returncode == 1
+    changes = json.loads(tr.stdout)
+    assert len(changes) == 6 and {c["verdict"] for c in changes} == {"regression"}
+    assert {c["series"]["parameters"]["transport"] for c in changes} == {"shm", "tcp"}
+    assert all(abs(abs(c["shift_pct"]) - 30) < 8 for c in changes)
+    rep = fabreg("report", "--out", str(tmp_path / "report"), "--baseline", "change=fw-2.0",
+                 "--candidate", "change=fw-2.1", db=db, check=True)
+    assert "6 with changes" in rep.stdout
+    assert (tmp_path / "report" / "index.html").exists()
+    exp = fabreg("export", "prometheus", "--out", str(tmp_path / "f.prom"), db=db, check=True)
+    assert "wrote" in exp.stdout
+    text = (tmp_path / "f.prom").read_text()
+    assert 'fabreg_latency_us{test="FakeFabricLatency",benchmark="osu_latency",size="8"' in text

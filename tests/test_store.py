@@ -1,0 +1,116 @@
+"""The store: idempotent, concurrency-safe ingest; clear errors on bad databases."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from fabreg.store import Store, derive_sessions
+from fabreg.synthetic import generate
+
+
+def count(db: Path) -> tuple[int, int]:
+    with Store(db, create=False) as store:
+        return store.count()
+
+
+def test_ingest_twice_adds_nothing_and_keeps_failed_values(tmp_path: Path, run_fabreg):
+    data = generate(tmp_path / "perflogs", sessions=20, seed=2)
+    db = tmp_path / "fabreg.db"
+    first = run_fabreg("ingest", str(tmp_path / "perflogs"), db=db, check=True)
+    expected = sum(int((~__import__("numpy").isnan(t.values)).sum()) for t in data.series)
+    assert count(db) == (1000, expected)
+    second = run_fabreg("ingest", str(tmp_path / "perflogs"), db=db, check=True)
+    assert "0 new value(s)" in second.stdout and count(db) == (1000, expected)
+    assert f"{expected} new value(s)" in first.stdout
+    with sqlite3.connect(db) as conn:
+        fails = conn.execute("SELECT COUNT(*) FROM long WHERE result='fail'").fetchone()[0]
+    assert fails > 0  # failed-reference values are stored, they are the regressions
+
+
+def test_two_ingests_at_once_lose_and_duplicate_nothing(tmp_path: Path):
+    generate(tmp_path / "a", sessions=30, seed=3, system="a")
+    generate(tmp_path / "b", sessions=30, seed=4, system="b")
+    db = tmp_path / "fabreg.db"
+    env = dict(os.environ, FABREG_DB=str(db))
+    cmd = [sys.executable, "-m", "fabreg.cli", "ingest", "-q"]
+    # a+b and b+a at the same time: overlapping data, racing writers.
+    procs = [subprocess.Popen(cmd + [str(tmp_path / x), str(tmp_path / y)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for x, y in (("a", "b"), ("b", "a"))]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    alone = tmp_path / "alone.db"
+    subprocess.run(cmd + [str(tmp_path / "a"), str(tmp_path / "b")], check=True,
+                   env=dict(os.environ, FABREG_DB=str(alone)), capture_output=True)
+    assert count(db) == count(alone)
+    with sqlite3.connect(db) as conn:
+        dupes = conn.execute("SELECT COUNT(*) FROM (SELECT series_id, time FROM samples "
+                             "GROUP BY series_id, time HAVING COUNT(*) > 1)").fetchone()[0]
+        mislinked = conn.execute("SELECT COUNT(*) FROM samples v LEFT JOIN runs r "
+                                 "ON r.id = v.run_id WHERE r.time IS NOT v.time").fetchone()[0]
+    assert dupes == 0 and mislinked == 0  # every value points at its own run
+
+
+def test_locked_database_is_one_clear_error(tmp_path: Path, run_fabreg):
+    generate(tmp_path / "perflogs", sessions=5, seed=5)
+    db = tmp_path / "fabreg.db"
+    run_fabreg("ingest", "-q", str(tmp_path / "perflogs"), db=db, check=True)
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        proc = run_fabreg("ingest", "-q", str(tmp_path / "perflogs"), db=db,
+                          env=dict(os.environ, FABREG_DB_TIMEOUT="0.5"))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("fabreg: error: store") and "locked" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_empty_and_foreign_database_files(tmp_path: Path, run_fabreg):
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    proc = run_fabreg("trends", db=empty)
+    assert proc.returncode == 2 and "is empty" in proc.stderr
+    generate(tmp_path / "perflogs", sessions=3, seed=6)
+    run_fabreg("ingest", "-q", str(tmp_path / "perflogs"), db=empty, check=True)
+    assert count(empty)[1] > 0
+    junk = tmp_path / "junk.db"
+    junk.write_text("not a database at all " * 100)
+    proc = run_fabreg("ingest", str(tmp_path / "perflogs"), db=junk)
+    assert proc.returncode == 2 and "is not a fabreg store" in proc.stderr
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE unrelated(x)")
+    proc = run_fabreg("trends", db=other)
+    assert proc.returncode == 2 and "not a fabreg store" in proc.stderr
+
+
+def test_ingest_reports_skipped_lines_and_exits_1(tmp_path: Path, run_fabreg):
+    generate(tmp_path / "perflogs", sessions=3, seed=7)
+    log = next((tmp_path / "perflogs").rglob("OsuLatency.log"))
+    with open(log, "a") as stream:
+        stream.write("2026-01-01T00:00:00|broken line\n")
+    proc = run_fabreg("ingest", str(tmp_path / "perflogs"), db=tmp_path / "f.db")
+    assert proc.returncode == 1
+    assert f"fabreg: skipped {log}:" in proc.stderr and "fields, header has" in proc.stderr
+    assert "1 problem(s)" in proc.stdout
+
+
+def test_missing_input_path(tmp_path: Path, run_fabreg):
+    proc = run_fabreg("ingest", str(tmp_path / "nope"), db=tmp_path / "f.db")
+    assert proc.returncode == 2
+    assert proc.stderr == f"fabreg: error: no such file or directory: {tmp_path / 'nope'}\n"
+
+
+def test_derived_sessions_split_on_gaps():
+    import numpy as np
+
+    names = derive_sessions(np.array([0.0, 100.0, 3000.0, 86400.0, 86500.0]))
+    assert names[0.0] == names[100.0] == names[3000.0] == "run-19700101T000000Z"
+    assert names[86400.0] == names[86500.0] == "run-19700102T000000Z"

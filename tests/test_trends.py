@@ -1,0 +1,149 @@
+"""Change-point detection on synthetic series with known answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fabreg import trends
+from fabreg.metrics import lower_is_better
+from fabreg.synthetic import generate
+
+
+def noisy(n: int, level: float = 10.0, noise: float = 0.02, seed: int = 0) -> np.ndarray:
+    return level * np.exp(np.random.default_rng(seed).normal(0, noise, n))
+
+
+@pytest.mark.parametrize("name,unit,lower", [
+    ("latency_8B", "us", True), ("anything", "ms", True), ("bandwidth_1MB", "MB/s", False),
+    ("x", "Gbit/s", False), ("rate", "msg/s", False), ("busbw_1MB", "", False),
+])
+def test_direction_rule_used_by_trends(name, unit, lower):
+    assert lower_is_better(name, unit) is lower
+
+
+def test_latency_step_up_is_a_regression_at_the_right_run_with_a_true_ci():
+    x = noisy(80)
+    x[50:] *= 1.20
+    verdict, changes, _ = trends.detect_values(x, lower_better=True)
+    assert verdict == trends.REGRESSION
+    assert len(changes) == 1
+    c = changes[0]
+    assert abs(c.index - 50) <= 1
+    assert c.ci_low_pct < 20 < c.ci_high_pct
+    assert 15 < c.shift_pct < 25
+
+
+@pytest.mark.parametrize("factor,lower,verdict", [
+    (0.85, False, trends.REGRESSION),   # bandwidth down
+    (1.15, False, trends.IMPROVEMENT),  # bandwidth up
+    (0.85, True, trends.IMPROVEMENT),   # latency down
+])
+def test_direction_decides_the_verdict(factor, lower, verdict):
+    x = noisy(60, seed=3)
+    x[30:] *= factor
+    got, changes, _ = trends.detect_values(x, lower_better=lower)
+    assert got == verdict and [c.verdict for c in changes] == [verdict]
+
+
+def test_single_outliers_are_not_change_points():
+    x = noisy(100, seed=5)
+    x[[20, 47, 48, 99]] *= 3.0  # lone spikes, a pair, and one on the newest run
+    verdict, changes, _ = trends.detect_values(x, lower_better=True)
+    assert (verdict, changes) == (trends.STABLE, [])
+
+
+def test_three_runs_at_a_new_level_are_enough():
+    x = noisy(100, noise=0.03, seed=8)
+    x[97:] *= 1.12
+    verdict, changes, _ = trends.detect_values(x, lower_better=True)
+    assert verdict == trends.REGRESSION and changes[-1].index == 97
+
+
+def test_two_shifts_both_found_and_last_decides_the_verdict():
+    x = noisy(120, seed=9)
+    x[40:] *= 1.3
+    x[90:] /= 1.3
+    verdict, changes, _ = trends.detect_values(x, lower_better=True)
+    assert [c.verdict for c in changes] == [trends.REGRESSION, trends.IMPROVEMENT]
+    assert abs(changes[0].index - 40) <= 1 and abs(changes[1].index - 90) <= 1
+    assert verdict == trends.IMPROVEMENT
+
+
+def test_too_few_points_and_constant_series():
+    assert trends.detect_values(np.ones(5), True)[0] == trends.TOO_FEW
+    assert trends.detect_values(np.ones(30), True)[0] == trends.STABLE
+    step = np.r_[np.ones(10), np.full(10, 1.25)]
+    verdict, changes, _ = trends.detect_values(step, True)
+    assert verdict == trends.REGRESSION and changes[0].index == 10
+    assert changes[0].shift_pct == pytest.approx(25.0)
+
+
+def test_non_positive_values_work_in_linear_space():
+    x = np.r_[np.zeros(20), np.full(20, 2.0)] + np.random.default_rng(1).normal(0, 0.05, 40)
+    verdict, changes, _ = trends.detect_values(x, lower_better=False)
+    assert verdict == trends.IMPROVEMENT and abs(changes[0].index - 20) <= 1
+
+
+def test_false_alarm_rate_on_unchanged_noisy_series_is_below_one_percent():
+    rng = np.random.default_rng(11)
+    alarms = 0
+    for _ in range(300):
+        x = np.exp(rng.normal(0, rng.uniform(0.01, 0.03), 365))
+        spikes = rng.random(365) < 0.01
+        x[spikes] *= 1 + rng.uniform(0.2, 1.0, spikes.sum())
+        alarms += bool(trends.detect_values(x, True)[1])
+    assert alarms / 300 < 0.01
+
+
+def test_recall_of_ten_percent_shifts_at_three_percent_noise():
+    rng = np.random.default_rng(12)
+    found = 0
+    for _ in range(200):
+        x = np.exp(rng.normal(0, 0.03, 365))
+        at = int(rng.integers(10, 362))
+        x[at:] *= 1.10
+        _, changes, _ = trends.detect_values(x, True)
+        found += any(abs(c.index - at) <= 3 and c.verdict == trends.REGRESSION
+                     for c in changes)
+    assert found / 200 > 0.95
+
+
+def test_cli_json_format_and_exit_status(tmp_path: Path, run_fabreg):
+    data = generate(tmp_path / "perflogs", sessions=40, shifted=0.5, seed=4)
+    db = tmp_path / "fabreg.db"
+    run_fabreg("ingest", "-q", str(tmp_path / "perflogs"), db=db, check=True)
+    proc = run_fabreg("trends", "--format", "json", db=db)
+    changes = json.loads(proc.stdout)
+    assert changes, proc.stderr
+    for c in changes:
+        assert set(c) == {"series", "time", "shift_pct", "verdict"}
+        assert set(c["series"]) == {"test", "parameters", "perfvar", "system", "partition",
+                                    "environ"}
+        assert c["verdict"] in ("regression", "improvement")
+        assert c["time"].endswith("Z")
+    # Injected truth: every reported change belongs to a shifted series, mostly.
+    shifted = {(t.check, t.perfvar, t.mpi, t.transport, str(t.nodes))
+               for t in data.series if t.shift}
+    hits = sum((c["series"]["test"], c["series"]["perfvar"], c["series"]["environ"],
+                c["series"]["parameters"]["transport"],
+                c["series"]["parameters"]["num_nodes"]) in shifted for c in changes)
+    assert hits / len(changes) > 0.95
+    last: dict[str, str] = {}
+    for c in sorted(changes, key=lambda c: c["time"]):
+        last[json.dumps(c["series"], sort_keys=True)] = c["verdict"]
+    open_regression = "regression" in last.values()  # a series' newest change decides
+    assert open_regression  # the generated data has some
+    assert proc.returncode == 1
+    text = run_fabreg("trends", "--match", "OsuLatency", db=db)
+    assert "series:" in text.stdout and "open regression(s)" in text.stdout
+
+
+def test_cli_trends_without_store_is_one_clear_line(tmp_path: Path, run_fabreg):
+    proc = run_fabreg("trends", "--db", str(tmp_path / "none.db"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert proc.stderr.startswith("fabreg: error: no store at")

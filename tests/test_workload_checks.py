@@ -1,0 +1,149 @@
+"""The workload checks as users run them: real ReFrame sessions on this host."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import have, run_reframe
+from test_matrix_reframe import derived_config
+
+WORKLOAD_CHECKS = ["UcxPerftestLatency", "UcxPerftestBandwidth", "IbWriteBw", "IbReadBw",
+                   "IbSendBw", "IbWriteLat", "IbReadLat", "IbSendLat", "Streams",
+                   "StreamsFanIn", "TailLatency", "Matmul", "GpuOsuLatency",
+                   "GpuOsuBandwidth", "GpuOsuAllreduce"]
+
+
+def _rows(perflogs: Path, check: str) -> list[dict[str, str]]:
+    lines = (perflogs / "local" / "default" / f"{check}.log").read_text().splitlines()
+    header = lines[0].split("|")
+    return [dict(zip(header, line.split("|"))) for line in lines[1:]]
+
+
+def _out(proc) -> str:
+    return proc.stdout + proc.stderr
+
+
+def test_workload_checks_are_listed(tmp_path):
+    proc = run_reframe("-l", perflog_dir=tmp_path / "p", cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, _out(proc)
+    listed = {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("- ")}
+    assert set(WORKLOAD_CHECKS) <= listed
+
+
+_PROBE_CASE = re.compile(r"^- (?P<name>Streams|StreamsFanIn|TailLatency|Matmul) "
+                         r"%transport=(?P<transport>\w+) %nodes=(?P<nodes>\d+)(?P<rest>.*) /\w+$")
+
+
+def test_four_node_partition_places_probes_sensibly(tmp_path):
+    """Across nodes: cross pairs and interleaved tail latency on even node counts, fan-in on
+    one node only, matmul with the same ranks on every node; shm only on one node."""
+    config = derived_config(tmp_path, {"max_nodes": 4})
+    proc = run_reframe("-l", "--tag", "workload", config=config, perflog_dir=tmp_path / "p",
+                       cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, _out(proc)
+    cases: dict[str, set[tuple[str, int, str]]] = {}
+    for line in proc.stdout.splitlines():
+        if m := _PROBE_CASE.match(line.strip()):
+            cases.setdefault(m["name"], set()).add(
+                (m["transport"], int(m["nodes"]), m["rest"].strip()))
+    assert {(n, r) for t, n, r in cases["Streams"]} == {
+        (1, "%layout=pair"), (1, "%layout=pairs"), (2, "%layout=cross"), (4, "%layout=cross")}
+    assert {n for _, n, _ in cases["StreamsFanIn"]} == {1}
+    assert {n for _, n, _ in cases["TailLatency"]} == {1, 2, 4}
+    matmul = {(n, r.split("%ranks=")[1]) for _, n, r in cases["Matmul"]}
+    assert matmul == {(1, "2"), (1, "4"), (2, "2"), (2, "4"), (4, "4")}
+    for name, found in cases.items():
+        for transport, nodes, _ in found:
+            assert (transport == "shm") == (nodes == 1), (name, transport, nodes)
+    # Server + client benchmarks: one node or two, never shared memory across nodes.
+    ucx = re.findall(r"^- UcxPerftestLatency %nodes=(\d) %ucx_test=tag_lat %transport=(\w+) "
+                     r"%buffer=host", proc.stdout, re.MULTILINE)
+    assert {(int(n), t) for n, t in ucx} == {
+        (n, t) for n in (1, 2) for t in ("ucx_rc", "ucx_ud", "ucx_dc", "tcp", "shm")
+        if not (t == "shm" and n == 2)}
+    proc = run_reframe("-l", "-n", "IbWriteLat", config=config, perflog_dir=tmp_path / "p",
+                       cwd=tmp_path, timeout=300)
+    assert set(re.findall(r"^- IbWriteLat %nodes=(\d)", proc.stdout, re.MULTILINE)) == {"1", "2"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not have("ucx_perftest"), reason="ucx_perftest is not installed")
+def test_ucx_perftest_runs_tcp_and_posix_and_skips_the_rest(tmp_path):
+    perflogs = tmp_path / "perflogs"
+    proc = run_reframe("-r", "-n", "UcxPerftestLatency%.*ucx_test=tag_lat", perflog_dir=perflogs,
+                       cwd=tmp_path)
+    out = _out(proc)
+    assert proc.returncode == 0, out[-3000:]
+    rows = {r["transport"]: r for r in _rows(perflogs, "UcxPerftestLatency")}
+    assert set(rows) == {"tcp", "shm"}
+    for tl, row in rows.items():
+        assert row["buffer"] == "host" and row["result"] == "pass"
+        assert row["transport_used"] == tl  # from UCX's own lane report
+        assert row["ucx_tls"] == {"tcp": "tcp,self", "shm": "sm,self"}[tl]
+        assert float(row["latency_8B_value"]) > 0 and row["latency_8B_unit"] == "us"
+        assert float(row["latency_8B_ref"]) > 0, f"{tl} has no reference"
+        assert float(row["msgrate_8B_value"]) > 0
+        assert row["fabric_counters"].startswith("unavailable: no RDMA devices")
+    assert "ucx_rc is unavailable to UCX on local:default: ucx_rc needs UCX transport" in out
+    assert "ucx_ud is unavailable to UCX on local:default" in out
+    if not Path("/dev/nvidia0").exists():
+        assert "no GPU: this host has no NVIDIA GPU" in out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not have("ib_write_lat"), reason="perftest is not installed")
+@pytest.mark.skipif(Path("/sys/class/infiniband").is_dir(), reason="this host has RDMA devices")
+def test_perftest_is_skipped_for_lack_of_a_device(tmp_path):
+    proc = run_reframe("-r", "-n", "IbWriteLat", perflog_dir=tmp_path / "p", cwd=tmp_path)
+    out = _out(proc)
+    assert proc.returncode == 0, out[-3000:]
+    assert out.count("SKIP") >= 2
+    assert "no RDMA device: /sys/class/infiniband lists none on this host" in out
+    # Without the up-front check, perftest itself runs and says so: still a skip.
+    proc = run_reframe("-r", "-n", "IbWriteLat%.*completion=polling", "-S",
+                       "detect_devices=false", perflog_dir=tmp_path / "p2", cwd=tmp_path)
+    out = _out(proc)
+    assert proc.returncode == 0, out[-3000:]
+    assert "no RDMA device: perftest says 'Did not detect devices'" in out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not have("mpicc.openmpi"), reason="OpenMPI is not installed")
+def test_probe_checks_write_perflogs_with_references_and_counters(tmp_path):
+    perflogs = tmp_path / "perflogs"
+    proc = run_reframe(
+        "-r", "-p", "openmpi", "-n", "Streams%.*layout=pair$", "-n", "StreamsFanIn",
+        "-n", "Matmul%.*mode=nonblocking%matrix_size=512%ranks=2",
+        "-n", "TailLatency%.*case=allreduce:default", perflog_dir=perflogs, cwd=tmp_path)
+    out = _out(proc)
+    assert proc.returncode == 0, out[-4000:]
+    (pair,) = _rows(perflogs, "Streams")
+    assert pair["layout"] == "pair" and float(pair["rate_min_value"]) > 0
+    assert float(pair["rate_min_ref"]) > 0 and pair["loss_rate_value"] == "0.0"
+    (fanin,) = _rows(perflogs, "StreamsFanIn")
+    assert float(fanin["fanin_share_value"]) > 0 and float(fanin["fanin_share_ref"]) == 1.0
+    (mm,) = _rows(perflogs, "Matmul")
+    assert 0 < float(mm["comm_fraction_value"]) < 1 and float(mm["gflops_ref"]) > 0
+    (tail,) = _rows(perflogs, "TailLatency")
+    assert tail["collective"] == "allreduce" and tail["algorithm"] == "default"
+    assert float(tail["loaded_p99_value"]) > 0 and float(tail["p50_ref"]) > 0
+    for row in (pair, fanin, mm, tail):
+        assert row["fabric_counters"].startswith("unavailable: "), row["fabric_counters"]
+        assert row["mpi"] == "openmpi" and row["provider"] == "fabreg-probes"
+        assert row["transport"] == "shm" and row["nodes"] == "1"
+        assert row["transport_used"] == "shm", row["transport_used"]
+    # The tail check keeps every repeat's output next to the job's own.
+    kept = list((tmp_path / "output").rglob("tail_run1.out"))
+    assert kept, "tail_run1.out not kept"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not have("mpicc.mpich"), reason="MPICH is not installed")
+def test_matmul_check_fails_on_a_wrong_answer(tmp_path):
+    proc = run_reframe("-r", "-p", "mpich", "-n", "Matmul%.*mode=blocking%matrix_size=512%ranks=2",
+                       "-S", "corrupt=true", perflog_dir=tmp_path / "p", cwd=tmp_path)
+    out = _out(proc)
+    assert proc.returncode != 0
+    assert "C differs from the known answer A*B (n=512, 2 ranks, blocking)" in out

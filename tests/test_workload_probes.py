@@ -1,0 +1,222 @@
+"""fabreg's workload probes (streams, tail latency, matmul): real MPI runs.
+
+Each probe is compiled once per MPI into a temporary directory and started with
+2-4 ranks on this host; the parsers in fabreg.parsers.probes read the output.
+Runs are kept to about a second each (the machine has 2 shared cores).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fabreg.parsers.probes import (
+    ProbeOutputError,
+    parse_block,
+    parse_matmul,
+    parse_streams,
+    parse_tail_latency,
+)
+
+PROBES = Path(__file__).resolve().parents[1] / "src" / "probes"
+MPIS = {
+    "openmpi": ("mpicc.openmpi", ["mpirun.openmpi", "--oversubscribe", "-np"]),
+    "mpich": ("mpicc.mpich", ["mpiexec.mpich", "-n"]),
+}
+OMPI_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+class Probe:
+    """A probe built against one MPI, started with that MPI's launcher."""
+
+    def __init__(self, binary: Path, launcher: list[str]) -> None:
+        self.binary, self.launcher = binary, launcher
+
+    def run(self, ranks: int, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        env = {**os.environ, **OMPI_ROOT}
+        proc = subprocess.run([*self.launcher, str(ranks), str(self.binary), *args],
+                              capture_output=True, text=True, timeout=120, env=env)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"probe failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+
+@pytest.fixture(scope="module", params=sorted(MPIS))
+def build(request, tmp_path_factory):
+    mpi = request.param
+    cc, launcher = MPIS[mpi]
+    if not shutil.which(cc) or not shutil.which(launcher[0]):
+        pytest.skip(f"{mpi} is not installed ({cc} / {launcher[0]} not on PATH)")
+    out = tmp_path_factory.mktemp(f"probes-{mpi}")
+
+    def probe(name: str) -> Probe:
+        binary = out / name
+        if not binary.exists():
+            subprocess.run([cc, "-O2", "-o", str(binary), str(PROBES / f"{name}.c")],
+                           check=True, capture_output=True, text=True)
+        return Probe(binary, launcher)
+
+    return probe
+
+
+# --- parsing of the block format (hand-written blocks in the probes' own format) ---
+
+def test_block_without_end_is_incomplete():
+    text = "# fabreg_streams v1 placement=pairs\n# stream tx\n0 0\n"
+    with pytest.raises(ProbeOutputError, match="cut short"):
+        parse_block(text, "streams")
+
+
+def test_missing_block_is_reported():
+    with pytest.raises(ProbeOutputError, match="no '# fabreg_matmul' result block"):
+        parse_block("mpirun noise\n", "matmul")
+
+
+def test_block_ignores_launcher_chatter():
+    text = ("warning: something\n# fabreg_tail_latency v2 op=allreduce size=8 iterations=10 "
+            "blocks=2 ranks=2 measured_ranks=2 background_pairs=0 background_size=1\n"
+            "# phase p50_us p90_us p99_us max_us mean_us min_us p99_over_p50\n"
+            "[vm] UCX WARN noise\n"
+            "quiet 1.0 2.0 3.0 4.0 2.0 0.5 3.0\n"
+            "# end fabreg_tail_latency status=ok background_rounds=0\n")
+    result = parse_tail_latency(text)
+    assert result.quiet.p99_over_p50 == 3.0 and result.loaded is None
+
+
+def test_tail_latency_missing_loaded_row_is_an_error():
+    text = ("# fabreg_tail_latency v2 op=allreduce size=8 iterations=10 blocks=2 ranks=4 "
+            "measured_ranks=2 background_pairs=1 background_size=1\n"
+            "# phase p50_us p90_us p99_us max_us mean_us min_us p99_over_p50\n"
+            "quiet 1.0 2.0 3.0 4.0 2.0 0.5 3.0\n# end fabreg_tail_latency status=ok\n")
+    with pytest.raises(ProbeOutputError, match="no loaded row"):
+        parse_tail_latency(text)
+
+
+# --- streams ------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_streams_pair(build):
+    result = parse_streams(build("fabreg_streams").run(2, "-n", "500", "-s", "65536").stdout)
+    assert result.placement == "pairs" and len(result.streams) == 1
+    (s,) = result.streams
+    assert (s.tx, s.rx, s.sent, s.received, s.missed, s.corrupted) == (0, 1, 500, 500, 0, 0)
+    assert s.loss_rate == 0 and s.rate_gbps > 0
+
+
+@pytest.mark.slow
+def test_streams_several_pairs_and_cross(build):
+    probe = build("fabreg_streams")
+    pairs = parse_streams(probe.run(4, "-n", "300", "-s", "16384").stdout)
+    assert [(s.tx, s.rx) for s in pairs.streams] == [(0, 1), (2, 3)]
+    cross = parse_streams(probe.run(4, "-p", "cross", "-n", "300", "-s", "16384").stdout)
+    assert [(s.tx, s.rx) for s in cross.streams] == [(0, 2), (1, 3)]
+    for result in (pairs, cross):
+        assert result.total_missed == 0 and result.total_corrupted == 0
+        assert all(s.received == 300 for s in result.streams)
+
+
+@pytest.mark.slow
+def test_streams_fanin(build):
+    result = parse_streams(build("fabreg_streams").run(3, "-p", "fanin", "-n", "400").stdout)
+    assert [(s.tx, s.rx) for s in result.streams] == [(1, 0), (2, 0)]
+    assert result.total_missed == 0 and result.total_corrupted == 0
+    assert all(s.received == 400 and s.rate_gbps > 0 for s in result.streams)
+
+
+@pytest.mark.slow
+def test_streams_detects_loss_and_corruption(build):
+    out = build("fabreg_streams").run(2, "-n", "200", "--skip-every", "10",
+                                      "--corrupt-every", "7").stdout
+    (s,) = parse_streams(out).streams
+    # seq+1 multiple of 10 is never sent (20); of 7 but not 70, sent corrupted (28 - 2).
+    assert (s.sent, s.missed, s.corrupted, s.received) == (180, 20, 26, 154)
+    assert s.loss_rate == pytest.approx(0.1)
+
+
+@pytest.mark.slow
+def test_streams_bad_placement_is_one_clear_line(build):
+    proc = build("fabreg_streams").run(2, "-p", "ring", check=False)
+    assert proc.returncode != 0
+    assert "unknown placement 'ring'" in proc.stderr
+
+
+# --- tail latency -------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", ["allreduce", "alltoall"])
+def test_tail_latency_background_raises_the_tail(build, op):
+    """p99/p50 is higher while a background pair streams 4 MiB bursts than while it sleeps.
+
+    The probe alternates quiet and loaded blocks in one run, so both samples see
+    the same host load. As in the check, most of three runs must show it: other
+    work on a shared machine can swamp any single run's quiet tail.
+    """
+    probe = build("fabreg_tail_latency")
+    higher = []
+    for _ in range(3):
+        out = probe.run(4, "-o", op, "-s", "65536", "-i", "1000", "-k", "20", "-b", "1",
+                        "-B", str(4 << 20)).stdout
+        r = parse_tail_latency(out)
+        assert r.background_pairs == 1 and r.background_rounds > 0 and r.measured_ranks == 2
+        assert r.iterations == 1000 and r.blocks == 20
+        assert r.loaded is not None
+        assert r.quiet.p50_us <= r.quiet.p99_us <= r.quiet.max_us
+        higher.append(r.loaded.p99_over_p50 > r.quiet.p99_over_p50)
+    assert sum(higher) >= 2, higher
+    alone = parse_tail_latency(probe.run(2, "-o", op, "-s", "65536", "-i", "100").stdout)
+    assert alone.loaded is None and alone.background_rounds == 0
+
+
+@pytest.mark.slow
+def test_tail_latency_alltoall(build):
+    r = parse_tail_latency(build("fabreg_tail_latency").run(
+        2, "-o", "alltoall", "-s", "1024", "-i", "200", "-k", "4").stdout)
+    assert r.op == "alltoall" and r.iterations == 200 and r.blocks == 4
+    assert r.quiet.min_us <= r.quiet.p50_us
+
+
+@pytest.mark.slow
+def test_tail_latency_needs_two_measured_ranks(build):
+    proc = build("fabreg_tail_latency").run(2, "-b", "1", check=False)
+    assert proc.returncode != 0 and "need at least 2" in proc.stderr
+
+
+# --- matmul ------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["blocking", "nonblocking"])
+def test_matmul_phases_and_answer(build, mode):
+    """The phases add up to the separately measured total within 5 % (median of 3 runs:
+    a rank descheduled by other work on a shared host is time rank 0 cannot see)."""
+    gaps = []
+    for _ in range(3):
+        result = parse_matmul(build("fabreg_matmul").run(2, "-n", "1024", "-m", mode).stdout)
+        assert result.verified and result.mode == mode and result.ranks == 2
+        expected = {"blocking": ["bcast", "scatter", "compute", "gather"],
+                    "nonblocking": ["distribute", "compute", "gather"]}[mode]
+        assert list(result.phases) == expected
+        assert 0 < result.comm_fraction < 1
+        assert result.comm_s + result.compute_s == pytest.approx(result.phase_sum_s, rel=1e-3)
+        assert result.phase_sum_s <= result.total_s * 1.001  # phases lie inside the total
+        gaps.append(abs(result.total_s - result.phase_sum_s) / result.total_s)
+    assert sorted(gaps)[1] <= 0.05, gaps
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["blocking", "nonblocking"])
+def test_matmul_wrong_answer_is_detected(build, mode):
+    proc = build("fabreg_matmul").run(2, "-n", "128", "-m", mode, "--corrupt", check=False)
+    assert proc.returncode != 0
+    assert "differs from the known answer" in proc.stderr
+    result = parse_matmul(proc.stdout)
+    assert not result.verified
+
+
+@pytest.mark.slow
+def test_matmul_uneven_rows(build):
+    result = parse_matmul(build("fabreg_matmul").run(3, "-n", "101").stdout)
+    assert result.verified and result.n == 101 and result.ranks == 3
