@@ -94,18 +94,28 @@ def _skip_without_namespaces(up: subprocess.CompletedProcess[str]) -> None:
 
 
 def test_down_cleans_up_a_half_started_cluster_without_its_state_file(tmp_path):
-    """`up` that gives up half way, then the state file is lost: `down` still finds it all."""
+    """`up` killed half way, then its state file lost: `down` still finds and removes it all."""
     _require_machine()
     cl = Cluster(tmp_path)
+    up = subprocess.Popen([*FABREG, "--state-dir", str(tmp_path), "up", "--nodes", "2"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
     try:
-        up = cl.fabreg("up", "--nodes", "2", "--timeout", "0.01")
-        _skip_without_namespaces(up)
-        assert up.returncode == 2, up.stdout + up.stderr
-        assert "nodes not idle after 0s" in up.stderr
-        assert "`fabreg cluster down`" in up.stderr or "see the logs" in up.stderr
+        lines = []
+        for line in up.stdout:
+            lines.append(line)
+            if line.startswith("started slurmctld"):
+                up.kill()  # interrupted before the nodes' slurmd start
+                break
+        up.wait(timeout=60)
+        text = "".join(lines)
+        if "cannot create network namespaces" in text:
+            pytest.skip(text.strip())
+        assert any(ln.startswith("started slurmctld") for ln in lines), text
         assert BRIDGE.exists() and len(_leftovers()) >= 3
         (tmp_path / "cluster.json").unlink()
     finally:
+        if up.poll() is None:
+            up.kill()
         down = cl.fabreg("down")
     assert down.returncode == 0, down.stdout + down.stderr
     assert "stopped unrecorded slurmctld" in down.stdout
