@@ -183,7 +183,9 @@ def compare(mpi: Mpi, osu_prefix: Path, probes_dir: Path, args: argparse.Namespa
             osu_binary = find_osu_binary(osu_prefix, benchmark)
             assert osu_binary is not None  # osu_prefix_problem checked every benchmark
             options = ["-m", f"{sizes[0]}:{sizes[-1]}", *args.extra]
-            pair = [("probe", probes_dir / benchmark), ("osu", osu_binary)]
+            # --control: OSU on both sides (an A/A test), to see this host's noise floor.
+            probe_binary = osu_binary if args.control else probes_dir / benchmark
+            pair = [("probe", probe_binary), ("osu", osu_binary)]
             if round_no % 2:
                 pair.reverse()  # alternate who goes first, so drift hits both alike
             for who, binary in pair:
@@ -281,6 +283,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                         help="before each launch wait up to SECONDS for a quiet host "
                         "(default 0: measure and report only)")
+    parser.add_argument("--control", action="store_true",
+                        help="run real OSU in place of the probe too (A/A test): shows how "
+                        "far two identical programs differ on this host")
+    parser.add_argument("--raw", type=Path, metavar="FILE",
+                        help="also write every figure (one line per run and size) to FILE")
     parser.add_argument("--tolerance", type=float, default=0.05,
                         help="allowed |probe/OSU - 1| (default 0.05)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per launch")
@@ -319,9 +326,16 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as err:
         print(f"probes_vs_osu: error: {err}", file=sys.stderr)
         return 2
+    if args.raw:
+        with args.raw.open("w") as out:
+            out.write("mpi\tbenchmark\tsize\tround\tprobe\tosu\n")
+            for (mpi_name, benchmark, size), series in results.items():
+                for n, (p, o) in enumerate(zip(series.probe, series.osu), 1):
+                    out.write(f"{mpi_name}\t{benchmark}\t{size}\t{n}\t{p}\t{o}\n")
     table, outside = render(results, args.tolerance)
     bind = "--bind-to core" if args.bind == "core" else "--bind-to none"
-    print(f"# probes vs OSU, {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}")
+    what = "OSU vs OSU (control: OSU in the probe column)" if args.control else "probes vs OSU"
+    print(f"# {what}, {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}")
     print(f"# host: {host_description()}")
     print(f"# MPI: {'; '.join(versions)}; 2 ranks on one host, launcher binding {bind}")
     runs = (f"one run -m {min(args.sizes)}:{max(args.sizes)} per benchmark" if args.sweep
