@@ -147,6 +147,7 @@ def test_streams_bad_placement_is_one_clear_line(build):
 # --- tail latency -------------------------------------------------------------------------
 
 @pytest.mark.slow
+@pytest.mark.noisy
 @pytest.mark.parametrize("op", ["allreduce"])
 def test_tail_latency_background_raises_the_tail(build, op):
     """p99/p50 is higher while a background pair streams 4 MiB bursts than while it sleeps.
