@@ -95,6 +95,17 @@ def test_run_attributes_do_not_split_series():
     assert samples[2].run.attrs == {"ref_status": "fail", "transport_used": "tcp"}
 
 
+def test_reference_keys_are_a_run_attribute_kept_as_logged():
+    header = HEADER.replace("|transport|", "|ref_keys|transport|")
+    keys = ('{"latency_8B": {"benchmark": "osu_latency", "metric": "latency", "size": 8, '
+            '"mpi": "openmpi", "transport": "shm", "nodes": 1}}')
+    samples, problems = perflog.read_perflog_lines(
+        [header, line().replace("|shm|1.5|", f"|{keys}|shm|1.5|")], "x.log")
+    assert problems == []
+    assert "ref_keys" not in samples[0].params
+    assert samples[0].run.attrs == {"ref_keys": keys}
+
+
 def test_test_names_and_parameters():
     assert perflog.split_name("OsuAllreduce %transport=shm %nodes=2") == (
         "OsuAllreduce", {"transport": "shm", "nodes": "2"})

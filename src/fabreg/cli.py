@@ -23,6 +23,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fabreg.commands.compare",
     "fabreg.commands.report",
     "fabreg.commands.export",
+    # checks/references/<system>.yaml from stored runs
+    "fabreg.commands.references",
     # workloads (issue 6): fabric counters, bounded stress traffic
     "fabreg.commands.counters",
     "fabreg.commands.stress",

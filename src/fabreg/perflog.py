@@ -34,6 +34,8 @@ REQUIRED_COLUMNS: tuple[str, ...] = ("job_completion_time", "name", "system", "p
 #: transport the MPI really used, the reference verdict...). Kept per run as attributes.
 NOT_PARAMETERS: frozenset[str] = frozenset({
     "hashcode", "tags", "transport_used", "ref_status", "deviation", "ref_notes",
+    # perf variable -> its reference lookup key (JSON), read by `fabreg references suggest`.
+    "ref_keys",
     # A new Spack build is an event in a series, not a new series (docs/spack.md).
     "spack_spec", "spack_hash", "spack_lock",
 })
@@ -253,6 +255,8 @@ def _param_value(text: object) -> str | None:
         return "true" if text else "false"
     if isinstance(text, (list, tuple)):
         return ",".join(str(v) for v in text)
+    if isinstance(text, dict):  # as ReFrame's perflog prints it: JSON
+        return json.dumps(text)
     value = str(text).strip()
     return None if value in ("", "None", "null") else value  # how ReFrame prints unset
 
@@ -480,8 +484,10 @@ def _case_samples(case: dict, session: str, source: str) -> list[Sample]:
     test, params = split_name(display)
     attrs: dict[str, str] = {}
     for key, value in case.items():
-        if key in REFRAME_TESTCASE_ATTRIBUTES or key.startswith("_") or isinstance(value, dict):
+        if key in REFRAME_TESTCASE_ATTRIBUTES or key.startswith("_"):
             continue
+        if isinstance(value, dict) and key not in NOT_PARAMETERS:
+            continue  # a mapping identifies no series; run attributes keep theirs as JSON
         norm = _param_value(value)
         if norm is None:
             continue

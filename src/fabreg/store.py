@@ -151,6 +151,20 @@ class SeriesData:
         return len(self.value)
 
 
+@dataclass(frozen=True)
+class RunValue:
+    """One stored value with its run's attributes (``runs.attrs``: ``ref_keys``, ...)."""
+
+    test: str
+    environ: str
+    perfvar: str
+    time: float
+    value: float
+    unit: str
+    run_key: str
+    attrs: dict[str, str]
+
+
 @dataclass
 class IngestCount:
     added: int = 0
@@ -377,6 +391,33 @@ class Store:
         nseries = self._query("SELECT COUNT(*) FROM series")[0][0]
         nvalues = self._query("SELECT COUNT(*) FROM samples")[0][0]
         return nseries, nvalues
+
+    def systems(self) -> list[str]:
+        """The systems the store holds values of."""
+        return [r[0] for r in self._query("SELECT DISTINCT system FROM series ORDER BY system")]
+
+    def run_values(self, system: str, since: float | None = None) -> list[RunValue]:
+        """Every value of ``system`` (at or after ``since``), with its run's attributes.
+
+        Series lose what describes one run (the reference key it was judged by, the
+        transport used); readers that need it per value read it here.
+        """
+        sql = ("SELECT s.test, s.environ, s.perfvar, v.time, v.value, v.unit, r.run_key, "
+               "r.attrs FROM samples v JOIN series s ON s.id = v.series_id "
+               "JOIN runs r ON r.id = v.run_id WHERE s.system = ?")
+        args: list[object] = [system]
+        if since is not None:
+            sql += " AND v.time >= ?"
+            args.append(since)
+        parsed: dict[str, dict[str, str]] = {}
+        out = []
+        for test, environ, perfvar, time, value, unit, run_key, attrs in self._query(
+                sql + " ORDER BY v.time, r.run_key, s.perfvar", args):
+            if attrs not in parsed:
+                parsed[attrs] = json.loads(attrs or "{}")
+            out.append(RunValue(test, environ, perfvar, time, value, unit, run_key,
+                                parsed[attrs]))
+        return out
 
     def load(self) -> list[SeriesData]:
         """Every series with its values, sessions resolved (results DB, else derived)."""

@@ -10,6 +10,9 @@ reference and two tolerances. In a check:
 - every value gets a signed relative deviation from its reference, positive is
   always better, in the perflog's ``deviation`` column (JSON: ``{"latency_8B":
   -0.031}``, ``null`` where there is no reference);
+- every value's lookup key is logged too, in the perflog's ``ref_keys`` column (JSON:
+  ``{"latency_8B": {"benchmark": "osu_latency", "metric": "latency", "size": 8, ...}}``),
+  so ``fabreg references suggest`` can turn a system's runs into reference rows;
 - a value without a reference is logged as ``missing`` (``ref_status``, a
   ``WARNING`` line, ``V_ref`` 0); with ``references_required`` (the
   ``acceptance`` mode sets it) the test fails, naming the file and the key.
@@ -61,6 +64,8 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
     deviation = variable(dict, value={}, loggable=True)
     #: The values that are not ``ok``, in words (perflog).
     ref_notes = variable(str, value="", loggable=True)
+    #: Perf variable -> the key its reference row is looked up by (perflog, JSON).
+    ref_keys = variable(dict, value={}, loggable=True)
 
     def reference_keys(self) -> ReferenceKeys:
         """Performance variable -> (lookup key for ``ReferenceTable.lookup``, required?)."""
@@ -81,6 +86,9 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
         keys = self.reference_keys()
         refs = {var: table.lookup(**key) if table else None for var, (key, _) in keys.items()}
         self.reference = {"*": {var: ref.reframe_tuple() for var, ref in refs.items() if ref}}
+        # Logged whether or not a reference exists: it is what a new system's rows are made of.
+        self.ref_keys = {var: dict(key) for var, (key, _) in keys.items()
+                         if var in self.perf_variables}
         assessments = []
         with osext.change_dir(self.stagedir):
             for var, fn in self.perf_variables.items():

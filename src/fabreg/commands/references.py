@@ -1,0 +1,86 @@
+"""``fabreg references suggest``: a system's reference file from its stored runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fabreg import suggest
+from fabreg.errors import FabregError
+from fabreg.perflog import parse_time
+from fabreg.store import Store, add_db_argument, db_path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "references", help="per-system reference files (checks/references/<system>.yaml)",
+        description="Work with checks/references/<system>.yaml (docs/references.md).")
+    p.set_defaults(func=lambda args: p.print_help() or 2)
+    sub = p.add_subparsers(dest="references_command", metavar="ACTION")
+    s = sub.add_parser(
+        "suggest", help="suggest a system's reference file from its stored runs",
+        description="Group the stored values of SYSTEM by the reference key each run logged "
+                    "(perflog column ref_keys) and print a reference file: value = median, "
+                    "warn/fail = the given floors or a multiple of the worse-side run-to-run "
+                    "spread where that is wider. Run 'fabreg ingest' first.")
+    add_db_argument(s)
+    s.add_argument("--system", required=True, metavar="NAME",
+                   help="the ReFrame system whose runs to use (e.g. local)")
+    s.add_argument("--since", metavar="TIME",
+                   help="only runs at or after TIME (ISO 8601), e.g. after a fabric change")
+    s.add_argument("--min-runs", type=int, default=suggest.DEFAULT_MIN_RUNS, metavar="N",
+                   help="keys with fewer values become a comment, not a row "
+                        "(default %(default)s)")
+    s.add_argument("--warn", type=float, default=suggest.DEFAULT_WARN, metavar="F",
+                   help="smallest warning band, a fraction (default %(default)s)")
+    s.add_argument("--fail", type=float, default=suggest.DEFAULT_FAIL, metavar="F",
+                   help="smallest failure band, a fraction (default %(default)s)")
+    s.add_argument("--out", metavar="FILE", help="write the file here instead of stdout")
+    s.add_argument("--force", action="store_true", help="let --out overwrite FILE")
+    s.set_defaults(func=run_suggest)
+
+
+def run_suggest(args: argparse.Namespace) -> int:
+    if args.min_runs < 1:
+        raise FabregError(f"--min-runs must be at least 1, not {args.min_runs}")
+    for name in ("warn", "fail"):
+        value = getattr(args, name)
+        if not 0 <= value < float("inf"):
+            raise FabregError(f"--{name} must be a fraction >= 0, not {value}")
+    if args.warn > args.fail:
+        raise FabregError(f"--warn ({args.warn:g}) must not exceed --fail ({args.fail:g})")
+    since = None
+    if args.since:
+        try:
+            since = parse_time(args.since)
+        except ValueError as err:
+            raise FabregError(f"--since: {err}") from None
+    out = Path(args.out) if args.out else None
+    if out is not None and out.exists() and not args.force:
+        raise FabregError(f"{out} exists; use --force to overwrite it")
+    with Store(db_path(args.db), create=False) as store:
+        values = store.run_values(args.system, since)
+        systems = store.systems() if not values else []
+    if not values:
+        known = ", ".join(systems) or "none"
+        when = f" since {args.since}" if args.since else ""
+        raise FabregError(f"no runs of system {args.system!r}{when} in the store "
+                          f"{db_path(args.db)} (systems there: {known})")
+    grouped = suggest.group_values(values)
+    if not grouped.groups:
+        raise FabregError(f"no run of system {args.system!r} logged reference keys "
+                          "(perflog column ref_keys): run the checks with this fabreg "
+                          "and ingest their perflogs")
+    rows, skipped = suggest.suggest(grouped, args.warn, args.fail, args.min_runs)
+    text = suggest.render(args.system, grouped, rows, skipped, args.warn, args.fail,
+                          args.min_runs)
+    if out is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        out.write_text(text)
+    except OSError as err:
+        raise FabregError(f"cannot write {out}: {err.strerror or err}") from None
+    print(f"wrote {out}: {len(rows)} reference row(s), {len(skipped)} key(s) without a row")
+    return 0

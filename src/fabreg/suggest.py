@@ -1,0 +1,304 @@
+"""Reference rows suggested from what a system measured (``fabreg references suggest``).
+
+Every run logs, per performance variable, the key its reference row is looked up by
+(the perflog's ``ref_keys`` column, docs/perflog-format.md). Grouping a system's
+stored values by that key gives each row of ``checks/references/<system>.yaml`` its
+sample of runs:
+
+- ``value`` is the median: one odd slow run does not move it;
+- ``warn``/``fail`` follow the run-to-run spread in the *worse* direction (see
+  :func:`worse_side_spread` and :func:`tolerances`), never tighter than the floors
+  given on the command line.
+
+The output is the reference file itself, loadable by :class:`fabreg.references.ReferenceTable`,
+with a comment per row saying how many runs it rests on and how they spread.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Union
+
+import yaml
+
+from fabreg.metrics import lower_is_better
+from fabreg.references import KEY_FIELDS
+from fabreg.store import RunValue
+
+#: A reference key as a hashable value: (field, value) pairs in KEY_FIELDS order,
+#: fields without a value left out (they become wildcards in the row).
+Key = tuple[tuple[str, Union[str, int, float, bool]], ...]
+
+#: Tolerance = K x the worse-side spread (a normal sigma): warn at 3 sigma, fail at 6.
+K_WARN = 3.0
+K_FAIL = 6.0
+#: Median absolute deviation -> standard deviation of a normal distribution.
+MAD_TO_SIGMA = 1.4826
+#: A higher-is-better value cannot drop by more than 100 %: a derived band stops here
+#: (such a row only catches a collapse; see the ucx_perftest rows of local.yaml).
+HIGHER_IS_BETTER_CAP = 0.95
+VALUE_DIGITS = 3
+TOLERANCE_DIGITS = 2
+DEFAULT_WARN = 0.05
+DEFAULT_FAIL = 0.15
+DEFAULT_MIN_RUNS = 3
+
+
+@dataclass
+class Group:
+    """The values of one reference key."""
+
+    key: Key
+    values: list[float] = field(default_factory=list)
+    units: set[str] = field(default_factory=set)
+    tests: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Grouped:
+    """A system's values by reference key, and what could not be keyed."""
+
+    groups: dict[Key, Group]
+    unkeyed: int  # values of runs or variables without a logged reference key
+    runs: int
+    first: float
+    last: float
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """One suggested row and the statistics behind it."""
+
+    key: Key
+    unit: str
+    n: int
+    median: float
+    low: float
+    high: float
+    spread: float  # worse-side relative spread (a sigma, fraction of the median)
+    lower_is_better: bool
+    value: float  # the median, rounded
+    warn: float
+    fail: float
+    beyond_warn: int  # observed runs that the row would report (warn) or fail
+    beyond_fail: int
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A key that gets no row, and why."""
+
+    key: Key
+    reason: str
+
+
+def key_of(raw: Any) -> Key | None:
+    """A logged lookup key -> hashable row key; None if it is not a mapping of scalars.
+
+    Only KEY_FIELDS count: they are all a reference row can match on.
+    """
+    if not isinstance(raw, dict):
+        return None
+    out = []
+    for name in KEY_FIELDS:
+        value = raw.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, (str, int, float, bool)):
+            return None
+        out.append((name, value))
+    if not {"benchmark", "metric"} <= {name for name, _ in out}:
+        return None  # a row needs both (fabreg.references)
+    return tuple(out)
+
+
+def group_values(values: Iterable[RunValue]) -> Grouped:
+    """Group values by the reference key their run logged for their performance variable."""
+    groups: dict[Key, Group] = {}
+    unkeyed = 0
+    runs: set[str] = set()
+    first, last = math.inf, -math.inf
+    parsed: dict[str, dict[str, Any]] = {}
+    for rv in values:
+        if not math.isfinite(rv.value):
+            continue
+        text = rv.attrs.get("ref_keys", "")
+        if text not in parsed:
+            try:
+                loaded = json.loads(text) if text else {}
+            except ValueError:
+                loaded = {}
+            parsed[text] = loaded if isinstance(loaded, dict) else {}
+        key = key_of(parsed[text].get(rv.perfvar))
+        if key is None:
+            unkeyed += 1
+            continue
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = Group(key)
+        group.values.append(rv.value)
+        group.units.add(rv.unit)
+        group.tests.add(rv.test)
+        runs.add(rv.run_key)
+        first, last = min(first, rv.time), max(last, rv.time)
+    return Grouped(groups, unkeyed, len(runs), first, last)
+
+
+def worse_side_spread(values: Sequence[float], median: float, lower_better: bool) -> float:
+    """Relative run-to-run spread on the worse side of the median, as a normal sigma.
+
+    Why one-sided: noise on a shared host or a busy fabric slows runs down far more
+    often than it speeds them up, so a symmetric spread understates the tail a
+    band must allow. Why the median of the worse-side deviations (scaled by
+    1.4826, i.e. the worse half's MAD): the worst run may itself be a bad run,
+    and the range would let one such run widen the band without bound.
+    """
+    if median <= 0:
+        return 0.0
+    sign = 1.0 if lower_better else -1.0
+    worse = [sign * (v - median) / median for v in values]
+    worse = [d for d in worse if d > 0]
+    return MAD_TO_SIGMA * statistics.median(worse) if worse else 0.0
+
+
+def tolerances(spread: float, lower_better: bool, warn_floor: float,
+               fail_floor: float) -> tuple[float, float]:
+    """``(warn, fail)`` = the floors, or K_WARN / K_FAIL x ``spread`` where that is wider.
+
+    A quiet system gets the floors (its noise is smaller than any change worth
+    reporting); a noisy one gets bands its own healthy runs rarely cross. Derived
+    bands are rounded up, so rounding never makes them tighter than computed.
+    """
+    cap = math.inf if lower_better else HIGHER_IS_BETTER_CAP
+    warn = max(warn_floor, min(cap, ceil_significant(K_WARN * spread, TOLERANCE_DIGITS)))
+    fail = max(fail_floor, min(cap, ceil_significant(K_FAIL * spread, TOLERANCE_DIGITS)),
+               warn)
+    return warn, fail
+
+
+def round_significant(x: float, digits: int = VALUE_DIGITS) -> float:
+    """``x`` to ``digits`` significant digits (1234.5 -> 1230.0)."""
+    return float(f"{x:.{digits}g}") if x else 0.0
+
+
+def ceil_significant(x: float, digits: int = TOLERANCE_DIGITS) -> float:
+    """``x`` rounded *up* to ``digits`` significant digits (0.1234 -> 0.13)."""
+    if x <= 0:
+        return 0.0
+    scale = 10.0 ** (digits - 1 - math.floor(math.log10(x)))
+    # The small slack keeps 0.15 (stored as 0.1500000002) from becoming 0.16.
+    return round(math.ceil(x * scale - 1e-9) / scale, 12)
+
+
+def suggest(grouped: Grouped, warn_floor: float = DEFAULT_WARN,
+            fail_floor: float = DEFAULT_FAIL,
+            min_runs: int = DEFAULT_MIN_RUNS) -> tuple[list[Suggestion], list[Skipped]]:
+    """One row per key with at least ``min_runs`` values; the other keys, with reasons."""
+    rows: list[Suggestion] = []
+    skipped: list[Skipped] = []
+    for key in sorted(grouped.groups, key=sort_key):
+        group = grouped.groups[key]
+        n = len(group.values)
+        median = statistics.median(group.values)
+        unit = next(iter(group.units)) if len(group.units) == 1 else ""
+        if len(group.units) > 1:
+            skipped.append(Skipped(key, f"mixed units {', '.join(sorted(group.units))}"))
+            continue
+        shown = f"median {format_number(round_significant(median))} {unit}".rstrip()
+        if n < min_runs:
+            skipped.append(Skipped(key, f"{n} run{'s' * (n != 1)} < {min_runs}, {shown}"))
+            continue
+        if median <= 0:
+            skipped.append(Skipped(key, f"{shown}: a reference must be positive"))
+            continue
+        metric = str(dict(key)["metric"])
+        lower = lower_is_better(metric, unit)
+        spread = worse_side_spread(group.values, median, lower)
+        warn, fail = tolerances(spread, lower, warn_floor, fail_floor)
+        value = round_significant(median)
+        sign = 1.0 if lower else -1.0
+        worse_by = [sign * (v - value) / value for v in group.values]
+        rows.append(Suggestion(
+            key=key, unit=unit, n=n, median=median, low=min(group.values),
+            high=max(group.values), spread=spread, lower_is_better=lower, value=value,
+            warn=warn, fail=fail, beyond_warn=sum(d > warn for d in worse_by),
+            beyond_fail=sum(d > fail for d in worse_by)))
+    return rows, skipped
+
+
+def sort_key(key: Key) -> tuple:
+    """Rows grouped like a hand-written file: benchmark, metric, size, then the rest."""
+    d = dict(key)
+    order = ("benchmark", "metric", "nodes", "transport", "size", "mpi")
+    return tuple((0, v, "") if isinstance(v := d.get(name), (int, float)) else (1, 0, str(v))
+                 for name in order)
+
+
+def format_number(x: float) -> str:
+    """A number as a reference file shows it: ``8510``, ``1.02``, ``0.000312``."""
+    return f"{int(x)}" if x.is_integer() and abs(x) >= 10 else f"{x:g}"
+
+
+def _yaml_value(x: float) -> int | float:
+    return int(x) if x.is_integer() and abs(x) >= 10 else x
+
+
+def _flow(mapping: dict[str, Any]) -> str:
+    """One flow-style YAML mapping on one line; YAML does the quoting."""
+    return yaml.safe_dump(mapping, default_flow_style=True, sort_keys=False,
+                          width=1 << 20).strip()
+
+
+def row_text(s: Suggestion) -> str:
+    """The row, its fields in the order of the hand-written files."""
+    row: dict[str, Any] = dict(s.key)
+    row.update(value=_yaml_value(s.value), unit=s.unit, warn=s.warn, fail=s.fail)
+    return _flow(row)
+
+
+def render(system: str, grouped: Grouped, rows: list[Suggestion], skipped: list[Skipped],
+           warn_floor: float, fail_floor: float, min_runs: int) -> str:
+    """The reference file for ``system``: header, defaults, one commented row per key."""
+
+    def day(t: float) -> str:
+        return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+
+    lines = [
+        f"# References for the `{system}` system suggested by `fabreg references suggest`",
+        f"# from {grouped.runs} run(s) between {day(grouped.first)} and {day(grouped.last)}.",
+        "# value: the median of the runs. warn/fail (fractions in the worse direction): the",
+        f"# defaults below, or {K_WARN:g}x / {K_FAIL:g}x the runs' worse-side spread where "
+        "that is wider",
+        "# (docs/references.md). Review before committing: a busy host measures slower than "
+        "a quiet one.",
+    ]
+    if grouped.unkeyed:
+        lines.append(f"# {grouped.unkeyed} value(s) without a logged reference key (runs "
+                     "older than the ref_keys perflog column) were not used.")
+    lines += [_flow({"system": system}).strip("{}"), "defaults:",
+              f"  warn: {warn_floor:g}", f"  fail: {fail_floor:g}"]
+    lines.append("references:" if rows else "references: []")
+    benchmark = None
+    for s in rows:
+        bench = dict(s.key)["benchmark"]
+        if bench != benchmark:
+            lines.append(f"  # {bench}")
+            benchmark = bench
+        unit = f" {s.unit}" if s.unit else ""
+        note = (f"  # {s.n} runs, {format_number(round_significant(s.low))}.."
+                f"{format_number(round_significant(s.high))}{unit}, worse-side spread "
+                f"{s.spread:.1%}")
+        if s.beyond_fail:
+            note += f"; {s.beyond_fail} run(s) beyond fail"
+        elif s.beyond_warn:
+            note += f"; {s.beyond_warn} run(s) beyond warn"
+        lines += [note, f"  - {row_text(s)}"]
+    if skipped:
+        lines.append(f"# No row (at least {min_runs} runs needed, one unit, a positive median):")
+        lines += [f"#   {_flow(dict(k.key))}  # {k.reason}" for k in skipped]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,276 @@
+"""``fabreg references suggest``: reference files from stored runs.
+
+The end-to-end test runs real ReFrame (quick tag, OpenMPI) a few times, ingests the
+perflogs with the real store and loads the command's output with ReferenceTable. The
+other tests fill a store through its API and check grouping, median, spread, the
+minimum number of runs and the errors.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import fabreg, have, reframe_binary, run_reframe
+
+from fabreg import suggest
+from fabreg.cli import main
+from fabreg.perflog import Run, Sample, read_perflog_file
+from fabreg.references import ReferenceTable
+from fabreg.store import Store
+
+LAT8 = {"benchmark": "osu_latency", "metric": "latency", "size": 8, "mpi": "openmpi",
+        "transport": "shm", "nodes": 1}
+BW1M = {"benchmark": "osu_bw", "metric": "bandwidth", "size": 1048576, "mpi": "openmpi",
+        "transport": "shm", "nodes": 1}
+
+
+# -- a store filled through its API ----------------------------------------------------
+
+def add_run(store: Store, t: float, values: dict[str, tuple[float, str]],
+            keys: dict[str, dict] | None, test: str = "OsuLatency", system: str = "local",
+            environ: str = "openmpi", params: dict[str, str] | None = None) -> None:
+    """One test-case run, as fabreg.perflog would have read it from a perflog line."""
+    attrs = {"ref_status": "ok"}
+    if keys is not None:
+        attrs["ref_keys"] = json.dumps(keys)
+    run = Run(t, test, params or {"transport": "shm"}, system, "default", environ,
+              jobid=str(int(t)), attrs=attrs)
+    store.add([Sample(run, var, value, unit) for var, (value, unit) in values.items()])
+
+
+def suggest_cli(db: Path, *args: str, capsys) -> tuple[int, str, str]:
+    code = main(["references", "suggest", "--db", str(db), *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def load(text: str, tmp_path: Path) -> ReferenceTable:
+    path = tmp_path / "suggested.yaml"
+    path.write_text(text)
+    return ReferenceTable.load(path)
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    """Five latency runs pooled from two tests, bandwidth runs, a key with two runs,
+    an old run without ref_keys and another system's runs."""
+    db = tmp_path / "fabreg.db"
+    lat = [1.0, 1.1, 0.95, 1.3, 1.02]
+    bw = [9000.0, 8000.0, 9100.0, 8700.0]
+    with Store(db) as store:
+        for i, v in enumerate(lat):
+            # The same key logged by two different tests (e.g. with/without a provider
+            # parameter): both are runs of the same reference row.
+            add_run(store, 1000 + i * 100, {"latency_8B": (v, "us")}, {"latency_8B": LAT8},
+                    test="OsuLatency" if i % 2 else "OsuLatencyOther")
+        for i, v in enumerate(bw):
+            add_run(store, 2000 + i * 100, {"bandwidth_1MB": (v, "MB/s"),
+                                            "latency_1KB": (3.0, "us")},
+                    {"bandwidth_1MB": BW1M}, test="OsuBandwidth")
+        mpich = {**LAT8, "mpi": "mpich"}
+        for i, v in enumerate([0.7, 0.8]):
+            add_run(store, 3000 + i * 100, {"latency_8B": (v, "us")}, {"latency_8B": mpich},
+                    environ="mpich")
+        add_run(store, 500, {"latency_8B": (50.0, "us")}, None)  # before ref_keys existed
+        for i in range(3):
+            add_run(store, 4000 + i, {"latency_8B": (99.0, "us")}, {"latency_8B": LAT8},
+                    system="othersys")
+    return db
+
+
+def test_rows_are_medians_of_the_runs_of_each_key(store_path, tmp_path, capsys):
+    code, out, _ = suggest_cli(store_path, "--system", "local", capsys=capsys)
+    assert code == 0
+    table = load(out, tmp_path)
+    assert len(table) == 2
+    lat = table.lookup(**LAT8)
+    assert lat.value == 1.02 and lat.unit == "us" and lat.lower_is_better
+    bw = table.lookup(**BW1M)
+    assert bw.value == statistics.median([9000.0, 8000.0, 9100.0, 8700.0]) == 8850
+    assert not bw.lower_is_better
+    doc = yaml.safe_load(out)
+    assert doc["system"] == "local"
+    assert doc["defaults"] == {"warn": suggest.DEFAULT_WARN, "fail": suggest.DEFAULT_FAIL}
+    # Every row is explicit about its bands, and says what it rests on.
+    assert all({"warn", "fail"} <= set(row) for row in doc["references"])
+    assert "# 5 runs, 0.95..1.3 us, worse-side spread" in out
+    assert "5 value(s) without a logged reference key" in out  # 1 old run + 4 x 1KB
+    # latency_1KB of the bandwidth runs has no key: not a row, not an error.
+    assert "latency_1KB" not in out
+
+
+def test_keys_with_too_few_runs_are_a_comment_not_a_row(store_path, tmp_path, capsys):
+    _, out, _ = suggest_cli(store_path, "--system", "local", capsys=capsys)
+    mpich = {**LAT8, "mpi": "mpich"}
+    assert load(out, tmp_path).lookup(**mpich) is None
+    line = next(x for x in out.splitlines() if "mpi: mpich" in x)
+    assert line.startswith("#   {benchmark: osu_latency") and "2 runs < 3" in line
+    _, out, _ = suggest_cli(store_path, "--system", "local", "--min-runs", "2", capsys=capsys)
+    assert load(out, tmp_path).lookup(**mpich).value == 0.75
+
+
+def test_since_and_other_systems(store_path, tmp_path, capsys):
+    _, out, _ = suggest_cli(store_path, "--system", "othersys", "--min-runs", "3",
+                            capsys=capsys)
+    assert load(out, tmp_path).lookup(**LAT8).value == 99
+    _, out, _ = suggest_cli(store_path, "--system", "local", "--since",
+                            "1970-01-01T00:33:20Z", capsys=capsys)  # t >= 2000: bw only
+    table = load(out, tmp_path)
+    assert table.lookup(**LAT8) is None and table.lookup(**BW1M) is not None
+
+
+def test_bands_follow_the_worse_side_spread_with_floors(store_path, tmp_path, capsys):
+    _, out, _ = suggest_cli(store_path, "--system", "local", "--warn", "0.01", "--fail",
+                            "0.02", capsys=capsys)
+    lat = load(out, tmp_path).lookup(**LAT8)
+    # Worse side of 1.02: 1.1 and 1.3 -> deviations 0.078, 0.275; median 0.177 x 1.4826.
+    spread = 1.4826 * statistics.median([(1.1 - 1.02) / 1.02, (1.3 - 1.02) / 1.02])
+    assert lat.warn == suggest.ceil_significant(3 * spread)
+    assert lat.fail == suggest.ceil_significant(6 * spread)
+    _, out, _ = suggest_cli(store_path, "--system", "local", "--warn", "2", "--fail", "3",
+                            capsys=capsys)
+    lat = load(out, tmp_path).lookup(**LAT8)
+    assert (lat.warn, lat.fail) == (2, 3)  # the floors win over a smaller spread
+
+
+def test_worse_side_spread_is_direction_aware_and_robust():
+    lat = [10, 10, 10, 11, 30]  # one slow run among small ones
+    assert suggest.worse_side_spread(lat, 10, lower_better=True) == pytest.approx(
+        1.4826 * statistics.median([0.1, 2.0]))
+    # For a bandwidth, faster runs are the good side: they do not widen the band.
+    assert suggest.worse_side_spread([100, 200, 300], 100, lower_better=False) == 0
+    assert suggest.worse_side_spread([80, 90, 100, 100, 100], 100,
+                                     lower_better=False) == pytest.approx(1.4826 * 0.15)
+    many = [10] * 3 + [10.5] * 5 + [500]  # the worst run barely moves it
+    assert suggest.worse_side_spread(many, 10, True) == pytest.approx(1.4826 * 0.05)
+
+
+def test_tolerances_rounding_and_cap():
+    assert suggest.tolerances(0.0, True, 0.05, 0.15) == (0.05, 0.15)
+    assert suggest.tolerances(0.1, True, 0.05, 0.15) == (0.3, 0.6)
+    assert suggest.tolerances(1.0, True, 0.05, 0.15) == (3.0, 6.0)
+    # A bandwidth cannot drop by more than 100 %: a derived band stops at 95 %.
+    assert suggest.tolerances(1.0, False, 0.05, 0.15) == (0.95, 0.95)
+    assert suggest.ceil_significant(0.1234) == 0.13
+    assert suggest.ceil_significant(0.15) == 0.15
+    assert suggest.ceil_significant(12.01) == 13
+    assert suggest.round_significant(8512.3) == 8510
+    assert suggest.round_significant(0.0003127) == 0.000313
+    assert suggest.format_number(8510.0) == "8510" and suggest.format_number(1.0) == "1"
+
+
+def test_mixed_units_and_non_positive_medians_get_no_row(tmp_path, capsys):
+    db = tmp_path / "fabreg.db"
+    zero = {"benchmark": "b", "metric": "loss", "size": 8}
+    with Store(db) as store:
+        for i in range(3):
+            add_run(store, 100 + i, {"latency_8B": (1.0, "us" if i else "ms"),
+                                     "loss_8B": (0.0, "%")},
+                    {"latency_8B": LAT8, "loss_8B": zero})
+    code, out, _ = suggest_cli(db, "--system", "local", capsys=capsys)
+    assert code == 0
+    assert "mixed units ms, us" in out and "a reference must be positive" in out
+    assert len(load(out, tmp_path)) == 0
+
+
+def test_out_refuses_to_overwrite_without_force(store_path, tmp_path, capsys):
+    target = tmp_path / "local.yaml"
+    code, out, _ = suggest_cli(store_path, "--system", "local", "--out", str(target),
+                               capsys=capsys)
+    assert code == 0 and "wrote" in out and "2 reference row(s)" in out
+    assert len(ReferenceTable.load(target)) == 2
+    target.write_text("keep me\n")
+    code, _, err = suggest_cli(store_path, "--system", "local", "--out", str(target),
+                               capsys=capsys)
+    assert code == 2 and "exists; use --force" in err
+    assert target.read_text() == "keep me\n"
+    code, _, _ = suggest_cli(store_path, "--system", "local", "--out", str(target),
+                             "--force", capsys=capsys)
+    assert code == 0 and len(ReferenceTable.load(target)) == 2
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--system", "nosuch"], "no runs of system 'nosuch' in the store"),
+    (["--system", "local", "--since", "2999-01-01"], "since 2999-01-01"),
+    (["--system", "local", "--warn", "0.5", "--fail", "0.2"], "--warn (0.5) must not exceed"),
+    (["--system", "local", "--warn", "-1"], "--warn must be a fraction >= 0"),
+    (["--system", "local", "--min-runs", "0"], "--min-runs must be at least 1"),
+    (["--system", "local", "--since", "last week"], "--since: timestamp 'last week'"),
+])
+def test_bad_arguments_are_one_line_errors(store_path, capsys, args, message):
+    code, out, err = suggest_cli(store_path, *args, capsys=capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("fabreg: error: ") and message in err
+    assert err.count("\n") == 1
+    if "nosuch" in args:
+        assert "systems there: local, othersys" in err
+
+
+def test_no_store_and_no_keyed_runs(tmp_path, capsys):
+    code, _, err = suggest_cli(tmp_path / "none.db", "--system", "local", capsys=capsys)
+    assert code == 2 and "no store at" in err and "fabreg ingest" in err
+    db = tmp_path / "old.db"
+    with Store(db) as store:
+        add_run(store, 1.0, {"latency_8B": (1.0, "us")}, None)
+    code, _, err = suggest_cli(db, "--system", "local", capsys=capsys)
+    assert code == 2 and "logged reference keys (perflog column ref_keys)" in err
+
+
+# -- real ReFrame runs -----------------------------------------------------------------
+
+@pytest.mark.slow
+def test_suggested_file_from_real_runs_gives_each_key_its_median(tmp_path: Path):
+    """Quick tag, OpenMPI, three repeats: every logged value's key must find its median."""
+    if reframe_binary() is None:
+        pytest.skip("ReFrame not installed (pip install 'reframe-hpc==4.10.4')")
+    if not have("mpirun.openmpi") and not have("mpirun"):
+        pytest.skip("OpenMPI is not installed (apt-get install openmpi-bin libopenmpi-dev)")
+    perflogs = tmp_path / "perflogs"
+    proc = run_reframe("-r", "--tag", "quick", "-p", "openmpi", "--repeat", "3",
+                       perflog_dir=perflogs, cwd=tmp_path)
+    # Whether a busy host meets the shipped references does not matter here: a
+    # performance failure still writes its perflog line.
+    assert "Ran " in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    # What the perflogs say, read by the one perflog parser.
+    expected: dict[str, tuple[dict, str, list[float]]] = {}
+    logs = [perflogs / "local" / "default" / f"{name}.log"
+            for name in ("OsuLatency", "OsuBandwidth", "OsuAllreduce")]  # fixtures log no values
+    for path in logs:
+        assert "|ref_keys|" in path.read_text().splitlines()[0]
+        samples, problems, _ = read_perflog_file(path)
+        assert problems == [] and samples
+        for s in samples:
+            key = json.loads(s.run.attrs["ref_keys"])[s.perfvar]  # every value has its key
+            # The key is the run's own identity, not something the reader made up.
+            assert key["mpi"] == s.run.environ == "openmpi"
+            assert key["transport"] == s.params["transport"]
+            assert str(key["nodes"]) == s.params["nodes"]
+            assert s.perfvar.startswith(key["metric"] + "_")
+            entry = expected.setdefault(json.dumps(key, sort_keys=True), (key, s.unit, []))
+            entry[2].append(s.value)
+    assert all(len(values) == 3 for _, _, values in expected.values()), expected
+
+    db = tmp_path / "fabreg.db"
+    fabreg("ingest", str(perflogs), db=db, check=True)
+    out = fabreg("references", "suggest", "--system", "local", db=db, check=True).stdout
+    table = load(out, tmp_path)
+    assert len(table) == len(expected)
+    for key, unit, values in expected.values():
+        ref = table.lookup(**key)
+        assert ref is not None, key
+        assert ref.value == suggest.round_significant(statistics.median(values)), (key, values)
+        assert ref.value == pytest.approx(statistics.median(values), rel=5e-3)
+        assert ref.unit == unit
+        assert ref.fail >= ref.warn >= suggest.DEFAULT_WARN
+    assert out.count("  # 3 runs, ") == len(expected)
+
+    # The results DB carries the keys too: on its own it gives the same file.
+    alone = tmp_path / "results-only.db"
+    fabreg("ingest", str(perflogs / "results.db"), db=alone, check=True)
+    again = fabreg("references", "suggest", "--system", "local", db=alone, check=True).stdout
+    assert again == out
