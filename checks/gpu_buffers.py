@@ -13,7 +13,7 @@ from fabreg import gpu, providers
 from fabreg.testlib.osu import PT2PT, OsuCollective, OsuPointToPoint
 
 
-class DeviceBuffers(rfm.RegressionMixin):
+class DeviceBuffers(rfm.RegressionTestPlugin):
     """Runs an OSU check on device buffers; its references are rows of ``<benchmark>_cuda``."""
 
     buffer = parameter(["cuda"])
