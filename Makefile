@@ -4,19 +4,16 @@
 VENV        ?= .venv
 PYTHON      ?= python3
 RFM_FLAGS   ?=
-PYTEST_FLAGS ?= -m 'not noisy'
+PYTEST_FLAGS ?=
 STAMP       := $(VENV)/.fabreg-installed
 
-.PHONY: run test test-noisy setup deps-run deps-test venv lint clean
+.PHONY: run test setup deps-run deps-test venv lint clean
 
 run: deps-run venv
 	$(VENV)/bin/reframe -C reframe-config.py -c checks/ -r $(RFM_FLAGS)
 
 test: deps-test venv
 	$(VENV)/bin/pytest $(PYTEST_FLAGS)
-
-test-noisy: deps-test venv
-	$(VENV)/bin/pytest -m noisy
 
 setup: deps-test venv
 

@@ -13,57 +13,39 @@ from fabreg import gpu, providers
 from fabreg.testlib.osu import PT2PT, OsuCollective, OsuPointToPoint
 
 
-def use_device_buffers(check) -> None:
-    """Skip with the reason, or put OSU's ``-d cuda [D D]`` in front of its options."""
-    reason = gpu.device_buffer_problem(check.buffer, check.mpi)
-    check.skip_if(bool(reason), reason or "")
-    check.skip_if(check.provider == providers.PROBES,
-                  "fabreg's probes use host memory only; give the environment an "
-                  "osu_prefix with OSU built against CUDA")
-    device = ["-d", check.buffer] + (["D", "D"] if check.benchmark in PT2PT else [])
-    check.executable_opts = [*device, *check.executable_opts]
+class DeviceBuffers(rfm.RegressionMixin):
+    """Runs an OSU check on device buffers; its references are rows of ``<benchmark>_cuda``."""
 
-
-def device_key(key: dict) -> dict:
-    """References of device-buffer runs are their own rows: ``<benchmark>_cuda``."""
-    return {**key, "benchmark": f"{key['benchmark']}_cuda"}
-
-
-class _PointToPointDevice(OsuPointToPoint):
     buffer = parameter(["cuda"])
 
     @run_after("setup")
     def device_buffers(self) -> None:
-        use_device_buffers(self)
+        reason = gpu.device_buffer_problem(self.buffer, self.mpi)
+        self.skip_if(bool(reason), reason or "")
+        self.skip_if(self.provider == providers.PROBES,
+                     "fabreg's probes use host memory only; give the environment an "
+                     "osu_prefix with OSU built against CUDA")
+        device = ["-d", self.buffer] + (["D", "D"] if self.benchmark in PT2PT else [])
+        self.executable_opts = [*device, *self.executable_opts]
 
     def reference_key(self, metric: str, size: int) -> dict[str, object]:
-        return device_key(super().reference_key(metric, size))
-
-
-class _CollectiveDevice(OsuCollective):
-    buffer = parameter(["cuda"])
-
-    @run_after("setup")
-    def device_buffers(self) -> None:
-        use_device_buffers(self)
-
-    def reference_key(self, metric: str, size: int) -> dict[str, object]:
-        return device_key(super().reference_key(metric, size))
+        key = super().reference_key(metric, size)
+        return {**key, "benchmark": f"{key['benchmark']}_cuda"}
 
 
 @rfm.simple_test
-class GpuOsuLatency(_PointToPointDevice):
+class GpuOsuLatency(DeviceBuffers, OsuPointToPoint):
     benchmark = "osu_latency"
     tags = {"osu", "gpu"}
 
 
 @rfm.simple_test
-class GpuOsuBandwidth(_PointToPointDevice):
+class GpuOsuBandwidth(DeviceBuffers, OsuPointToPoint):
     benchmark = "osu_bw"
     tags = {"osu", "gpu"}
 
 
 @rfm.simple_test
-class GpuOsuAllreduce(_CollectiveDevice):
+class GpuOsuAllreduce(DeviceBuffers, OsuCollective):
     benchmark = "osu_allreduce"
     tags = {"osu", "gpu"}

@@ -48,7 +48,11 @@ class TailLatency(ProbeCheck):
     warmup = variable(int, value=50, loggable=False)
     measured_ranks = variable(int, value=2, loggable=True)
     background_pairs = variable(int, value=1, loggable=True)
-    background_size = variable(int, value=4 << 20, loggable=True)
+    #: Each burst: ``background_window`` messages of ``background_size`` bytes each way.
+    #: Many short bursts disturb more measured iterations than few long ones, so the
+    #: loaded tail stands out in every run (docs/workloads.md, "Choosing the background").
+    background_size = variable(int, value=512 << 10, loggable=True)
+    background_window = variable(int, value=2, loggable=True)
     #: Share of the loaded phase the background spends streaming (bursts), percent.
     background_duty = variable(int, value=25, loggable=True)
     #: Probe runs per test case (odd: a majority must show the higher tail).
@@ -87,7 +91,8 @@ class TailLatency(ProbeCheck):
         self.executable_opts = [
             "-o", self.collective, "-s", str(self.message_size), "-i", str(self.iterations),
             "-k", str(self.blocks), "-x", str(self.warmup), "-b", str(self.background_pairs),
-            "-B", str(self.background_size), "-D", str(self.background_duty),
+            "-B", str(self.background_size), "-W", str(self.background_window),
+            "-D", str(self.background_duty),
         ] + (["-I"] if self.nodes > 1 else [])
 
     def reference_benchmark(self) -> str:

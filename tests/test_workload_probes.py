@@ -152,30 +152,31 @@ def test_streams_bad_placement_is_one_clear_line(build):
 # --- tail latency -------------------------------------------------------------------------
 
 @pytest.mark.slow
-@pytest.mark.noisy
-@pytest.mark.parametrize("op", ["allreduce"])
+@pytest.mark.parametrize("op", ["allreduce", "alltoall"])
 def test_tail_latency_background_raises_the_tail(build, op):
-    """p99/p50 is higher while a background pair streams 4 MiB bursts than while it sleeps.
+    """p99/p50 is higher while a background pair bursts than while it sleeps.
 
     The probe alternates quiet and loaded blocks in one run, so both samples see
-    the same host load. Most runs must show it: a scheduling spike on a shared
-    2-core machine can swamp one run's quiet tail (about 1 run in 8 here), so seven
-    runs are taken to keep a false failure rare. Alltoall is not asserted here: with
-    MPICH on 2 oversubscribed cores its quiet tail is often as high as its loaded one
-    (seen in most runs), so the claim would not be true of this host.
+    the same host load, and its default background (many short bursts of 2 x 512 KiB,
+    each loaded block starting with one) disturbs enough iterations that the loaded
+    p99 lands among them: on a quiet 2-core host every one of 20 runs per MPI and
+    collective showed it, with the loaded p99 2-10x the quiet one (docs/workloads.md).
+    Three of five runs must show it, so one run swamped by outside work does not fail
+    the test; a host kept busy by other programs throughout can (its quiet tail is then
+    as long as the loaded one, and the claim cannot be observed there).
     """
     probe = build("fabreg_tail_latency")
     higher = []
-    for _ in range(7):
-        out = probe.run(4, "-o", op, "-s", "65536", "-i", "1000", "-k", "20", "-b", "1",
-                        "-B", str(4 << 20)).stdout
-        r = parse_tail_latency(out)
-        assert r.background_pairs == 1 and r.background_rounds > 0 and r.measured_ranks == 2
+    for _ in range(5):
+        r = parse_tail_latency(probe.run(4, "-o", op, "-s", "65536", "-i", "1000", "-k", "20",
+                                         "-b", "1").stdout)
+        assert r.op == op and r.background_pairs == 1 and r.measured_ranks == 2
+        assert r.background_size == 512 << 10 and r.background_rounds >= r.blocks
         assert r.iterations == 1000 and r.blocks == 20
         assert r.loaded is not None
         assert r.quiet.p50_us <= r.quiet.p99_us <= r.quiet.max_us
-        higher.append(r.loaded.p99_over_p50 > r.quiet.p99_over_p50)
-    assert sum(higher) > len(higher) // 2, higher
+        higher.append((r.quiet.p99_over_p50, r.loaded.p99_over_p50))
+    assert sum(loaded > quiet for quiet, loaded in higher) >= 3, higher
     alone = parse_tail_latency(probe.run(2, "-o", op, "-s", "65536", "-i", "100").stdout)
     assert alone.loaded is None and alone.background_rounds == 0
 

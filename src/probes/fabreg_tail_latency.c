@@ -15,7 +15,7 @@
  * prints one machine-readable block (see docs/workloads.md):
  *
  *   # fabreg_tail_latency v2 op=allreduce size=65536 iterations=500 blocks=5 ranks=4
- *   #   measured_ranks=2 background_pairs=1 background_size=1048576   (one line really)
+ *   #   measured_ranks=2 background_pairs=1 background_size=524288   (one line really)
  *   # phase p50_us p90_us p99_us max_us mean_us min_us p99_over_p50
  *   quiet 51.2 60.1 90.5 300.1 55.0 49.0 1.77
  *   loaded 66.5 105.4 3212.1 5608.0 90.0 64.7 48.3
@@ -109,7 +109,7 @@ static void exchange(const struct options *o, char *sbuf, char *rbuf, int partne
 
 /* One background pair. The leader takes phase changes from world rank 0, passes
  * each round's phase to its partner, and acknowledges a change once it has
- * taken effect (after the first round when switched on). */
+ * reached it (before the first round when switched on). */
 static long background(const struct options *o, int me, int partner, int leader)
 {
     char *sbuf = malloc(o->bg_size * o->bg_window), *rbuf = malloc(o->bg_size * o->bg_window);
@@ -135,6 +135,12 @@ static long background(const struct options *o, int me, int partner, int leader)
                     MPI_Irecv(&msg, 1, MPI_INT, 0, TAG_PHASE, MPI_COMM_WORLD, &phase_req);
             }
             MPI_Send(&state, 1, MPI_INT, partner, TAG_CTRL, MPI_COMM_WORLD);
+            /* Acknowledge before the first burst, not after it: the measured block then
+             * starts inside a burst instead of in the pause that follows it, whatever
+             * the block and burst lengths (a block shorter than one burst-and-pause cycle
+             * would otherwise never see traffic). */
+            if (changed && state != STOP)
+                MPI_Send(&ack, 1, MPI_INT, 0, TAG_ACK, MPI_COMM_WORLD);
         } else {
             int incoming;
             MPI_Irecv(&incoming, 1, MPI_INT, partner, TAG_CTRL, MPI_COMM_WORLD, &ctrl_req);
@@ -152,8 +158,6 @@ static long background(const struct options *o, int me, int partner, int leader)
                 usleep((useconds_t)(t * 1e6));
             }
         }
-        if (leader && changed)
-            MPI_Send(&ack, 1, MPI_INT, 0, TAG_ACK, MPI_COMM_WORLD);
     }
     free(sbuf); free(rbuf); free(req); free(stat);
     return rounds;
@@ -204,7 +208,7 @@ static double one_iteration(const struct options *o, MPI_Comm comm, struct buffe
 int main(int argc, char **argv)
 {
     struct options o = {.alltoall = 0, .size = 8, .iterations = 1000, .warmup = 100,
-                        .blocks = 5, .bg_pairs = 0, .bg_size = 1 << 20, .bg_window = 4,
+                        .blocks = 5, .bg_pairs = 0, .bg_size = 512 << 10, .bg_window = 2,
                         .duty = 25, .interleave = 0};
     struct workload_run run;
     int rank, nranks, measured, color;

@@ -187,6 +187,8 @@ class TailLatencyResult:
     blocks: int
     measured_ranks: int
     background_pairs: int
+    #: Bytes per background message (0 when the probe did not say: older output).
+    background_size: int
     background_rounds: int
     quiet: LatencyStats
     loaded: LatencyStats | None
@@ -213,6 +215,7 @@ def parse_tail_latency(text: str) -> TailLatencyResult:
         op=str(p["op"]), size=int(p["size"]), iterations=int(p["iterations"]),
         blocks=int(p["blocks"]), measured_ranks=int(p["measured_ranks"]),
         background_pairs=int(p["background_pairs"]),
+        background_size=int(p.get("background_size", 0)),
         background_rounds=int(block.summary.get("background_rounds", 0)),
         quiet=_stats(phases["quiet"]),
         loaded=_stats(phases["loaded"]) if "loaded" in phases else None,
