@@ -88,7 +88,7 @@ def built(request, tmp_path_factory) -> Built:
     proc = make(mpi, bindir)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ours = [line for line in proc.stderr.splitlines()
-            if "warning" in line.lower() and re.search(r"\b(osu_\w+|probe_common)\.[ch]", line)]
+            if "warning" in line.lower() and re.search(r"\b(osu|fabreg|probe)_\w+\.[ch]", line)]
     assert ours == [], proc.stderr
     return Built(mpi, bindir)
 

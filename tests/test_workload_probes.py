@@ -47,6 +47,8 @@ class Probe:
 
 @pytest.fixture(scope="module", params=sorted(MPIS))
 def build(request, tmp_path_factory):
+    """Each probe built on first use through the probes' Makefile (it links libprobe.a),
+    out of tree, warning-free with the Makefile's -Wall -Wextra."""
     mpi = request.param
     cc, launcher = MPIS[mpi]
     if not shutil.which(cc) or not shutil.which(launcher[0]):
@@ -56,8 +58,11 @@ def build(request, tmp_path_factory):
     def probe(name: str) -> Probe:
         binary = out / name
         if not binary.exists():
-            subprocess.run([cc, "-O2", "-o", str(binary), str(PROBES / f"{name}.c")],
-                           check=True, capture_output=True, text=True)
+            proc = subprocess.run(["make", "-f", str(PROBES / "Makefile"), f"CC={cc}", name],
+                                  cwd=out, capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            warnings = [line for line in proc.stderr.splitlines() if "warning" in line.lower()]
+            assert warnings == [], proc.stderr
         return Probe(binary, launcher)
 
     return probe

@@ -172,19 +172,25 @@ def _is_ours(run: StressRun) -> bool:
 
 
 def build_probe(cc: str, state_dir: Path) -> Path:
-    """Compile ``fabreg_stress`` with ``cc`` into the state directory (when out of date)."""
-    source = providers.probes_source_dir() / f"{PROBE}.c"
-    binary = state_dir / f"{PROBE}-{Path(cc).name}"
-    if binary.is_file() and binary.stat().st_mtime >= source.stat().st_mtime:
-        return binary
+    """Build ``fabreg_stress`` with ``cc`` in ``build-<cc>/`` of the state directory.
+
+    Through the probes' Makefile, as every other probe build: the probe links the
+    shared helpers (libprobe.a), and make rebuilds only what changed.
+    """
+    makefile = providers.probes_source_dir() / "Makefile"
     if shutil.which(cc) is None:
         raise FabregError(f"MPI compiler {cc} not found; install the MPI or pass --cc")
-    proc = subprocess.run([cc, "-O2", "-o", str(binary), str(source)], capture_output=True,
-                          text=True)
+    make = shutil.which("make")
+    if make is None:
+        raise FabregError(f"make not found; it builds the {PROBE} probe")
+    build = state_dir / f"build-{Path(cc).name}"
+    build.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([make, "-f", str(makefile), f"CC={cc}", PROBE], cwd=build,
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise FabregError(f"building {source.name} with {cc} failed: {last}")
-    return binary
+        raise FabregError(f"building {PROBE}.c with {cc} failed: {last}")
+    return build / PROBE
 
 
 def _check_request(duration: float, ranks: int, ops: Sequence[str]) -> None:

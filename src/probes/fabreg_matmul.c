@@ -25,11 +25,13 @@
  *   # end fabreg_matmul status=ok verify=pass total_s=0.123 comm_s=0.003 compute_s=0.120
  *     unaccounted_s=0.000 comm_fraction=0.024 gflops=2.18   (one line in the real output)
  */
+#include "probe_workload.h"
+
 #include <mpi.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <getopt.h>
 
 #define CHUNKS 4
 #define TAG_CHUNK 21
@@ -41,44 +43,24 @@ struct options {
 static double a_value(long i, long k) { return (double)((i + 2 * k) % 5) - 2.0; }
 static double b_value(long k, long j) { return (double)((3 * k + j) % 7) - 3.0; }
 
-static int parse_options(int argc, char **argv, struct options *o, int quiet)
-{
-    static struct option longopts[] = {
-        {"size", required_argument, 0, 'n'},
-        {"mode", required_argument, 0, 'm'},
-        {"corrupt", no_argument, 0, 'c'},
-        {0, 0, 0, 0},
-    };
-    int c;
-    if (quiet) opterr = 0;
-    o->n = 512; o->nonblocking = 0; o->corrupt = 0;
-    while ((c = getopt_long(argc, argv, "n:m:", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'n': o->n = atoi(optarg); break;
-        case 'c': o->corrupt = 1; break;
-        case 'm':
-            if (!strcmp(optarg, "blocking")) o->nonblocking = 0;
-            else if (!strcmp(optarg, "nonblocking")) o->nonblocking = 1;
-            else {
-                if (!quiet)
-                    fprintf(stderr, "fabreg_matmul: unknown mode '%s' (blocking, nonblocking)\n",
-                            optarg);
-                return 1;
-            }
-            break;
-        default:
-            if (!quiet)
-                fprintf(stderr, "usage: %s [-n size] [-m blocking|nonblocking] [--corrupt]\n",
-                        argv[0]);
-            return 1;
-        }
-    }
-    if (o->n < 1 || o->n > 8192) {
-        if (!quiet) fprintf(stderr, "fabreg_matmul: size must be between 1 and 8192\n");
-        return 1;
-    }
-    return 0;
-}
+static const char *const modes[] = {"blocking", "nonblocking", NULL};
+
+#define FIELD(name) offsetof(struct options, name)
+static const struct workload_option option_table[] = {
+    {.name = "size", .letter = 'n', .type = WORKLOAD_INT, .offset = FIELD(n)},
+    {.name = "mode", .letter = 'm', .type = WORKLOAD_CHOICE, .offset = FIELD(nonblocking),
+     .choices = modes, .invalid = "unknown mode '%s' (blocking, nonblocking)"},
+    {.name = "corrupt", .letter = 'c', .long_only = 1, .type = WORKLOAD_FLAG,
+     .offset = FIELD(corrupt)},
+    {.name = NULL},
+};
+#undef FIELD
+
+static const struct workload_probe probe = {
+    "fabreg_matmul",
+    "usage: %s [-n size] [-m blocking|nonblocking] [--corrupt]\n",
+    option_table,
+};
 
 /* c[rows x n] = a[rows x n] * b[n x n], i-k-j order (streams through b's rows). */
 static void multiply(const double *a, const double *b, double *c, int rows, int n)
@@ -134,7 +116,8 @@ static int verify(const double *a, const double *b, const double *c, int n)
 
 int main(int argc, char **argv)
 {
-    struct options o;
+    struct options o = {.n = 512, .nonblocking = 0, .corrupt = 0};
+    struct workload_run run;
     int rank, nranks, n, r, rows, first;
     int *counts, *displs;
     double *a = NULL, *b, *c = NULL, *my_a, *my_c;
@@ -142,20 +125,14 @@ int main(int argc, char **argv)
     const char *names[4];
     int nphases;
 
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    if (parse_options(argc, argv, &o, rank != 0)) {
-        MPI_Finalize();
-        return 2;
-    }
+    workload_start(&run, &probe, &o, &argc, &argv);
+    rank = run.rank;
+    nranks = run.nranks;
     n = o.n;
-    if (n < nranks) {
-        if (rank == 0)
-            fprintf(stderr, "fabreg_matmul: size %d is smaller than the %d ranks\n", n, nranks);
-        MPI_Finalize();
-        return 2;
-    }
+    if (n < 1 || n > 8192)
+        workload_refuse(&run, "size must be between 1 and 8192");
+    if (n < nranks)
+        workload_refuse(&run, "size %d is smaller than the %d ranks", n, nranks);
     counts = malloc(sizeof(int) * nranks);
     displs = malloc(sizeof(int) * nranks);
     for (r = 0, first = 0; r < nranks; r++) {
@@ -241,7 +218,7 @@ int main(int argc, char **argv)
         int p, bad;
         bad = verify(a, b, c, n);
         printf("# fabreg_matmul v1 n=%d ranks=%d mode=%s corrupt=%d\n", n, nranks,
-               o.nonblocking ? "nonblocking" : "blocking", o.corrupt);
+               modes[o.nonblocking], o.corrupt);
         printf("# phase seconds\n");
         for (p = 0; p < nphases; p++) {
             double d = t[p] - prev;

@@ -21,28 +21,56 @@
  * message: receivers must report it missed), --corrupt-every N (flip a payload
  * byte after the checksum was taken: receivers must report it corrupted).
  */
+#include "probe_workload.h"
+
 #include <mpi.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <getopt.h>
 
 #define TAG_DATA 1
 #define TAG_END 2
 #define HEADER_BYTES 24
 
 enum placement { PAIRS, CROSS, FANIN };
+static const char *const placements[] = {"pairs", "cross", "fanin", NULL};
 
 struct options {
     long size;
     int window;
     long count;
-    enum placement placement;
+    int placement;  /* enum placement */
     int fanin;
     long skip_every;
     long corrupt_every;
     double timeout;
+};
+
+#define FIELD(name) offsetof(struct options, name)
+static const struct workload_option option_table[] = {
+    {.name = "size", .letter = 's', .type = WORKLOAD_LONG, .offset = FIELD(size)},
+    {.name = "window", .letter = 'w', .type = WORKLOAD_INT, .offset = FIELD(window)},
+    {.name = "count", .letter = 'n', .type = WORKLOAD_LONG, .offset = FIELD(count)},
+    {.name = "placement", .letter = 'p', .type = WORKLOAD_CHOICE, .offset = FIELD(placement),
+     .choices = placements, .invalid = "unknown placement '%s'"},
+    {.name = "fanin", .letter = 'k', .type = WORKLOAD_INT, .offset = FIELD(fanin)},
+    {.name = "skip-every", .letter = 'S', .long_only = 1, .type = WORKLOAD_LONG,
+     .offset = FIELD(skip_every)},
+    {.name = "corrupt-every", .letter = 'C', .long_only = 1, .type = WORKLOAD_LONG,
+     .offset = FIELD(corrupt_every)},
+    {.name = "timeout", .letter = 'T', .long_only = 1, .type = WORKLOAD_DOUBLE,
+     .offset = FIELD(timeout)},
+    {.name = NULL},
+};
+#undef FIELD
+
+static const struct workload_probe probe = {
+    "fabreg_streams",
+    "usage: %s [-s size] [-w window] [-n count] [-p pairs|cross|fanin] [-k fanin]\n"
+    "          [--skip-every N] [--corrupt-every N] [--timeout seconds]\n",
+    option_table,
 };
 
 struct header {
@@ -58,11 +86,6 @@ struct figures {
 };
 #define NFIG 8
 
-static const char *placement_name(enum placement p)
-{
-    return p == PAIRS ? "pairs" : p == CROSS ? "cross" : "fanin";
-}
-
 static uint64_t payload_checksum(const unsigned char *p, long n, uint64_t seq, uint32_t stream)
 {
     uint64_t h = 1469598103934665603ULL ^ (seq * 0x9E3779B97F4A7C15ULL) ^ stream;
@@ -75,66 +98,6 @@ static uint64_t payload_checksum(const unsigned char *p, long n, uint64_t seq, u
     for (i = words * 8; i < n; i++)
         h = (h ^ p[i]) * 1099511628211ULL;
     return h;
-}
-
-static void usage(const char *prog)
-{
-    fprintf(stderr,
-            "usage: %s [-s size] [-w window] [-n count] [-p pairs|cross|fanin] [-k fanin]\n"
-            "          [--skip-every N] [--corrupt-every N] [--timeout seconds]\n", prog);
-}
-
-static int parse_options(int argc, char **argv, struct options *o, int quiet)
-{
-    static struct option longopts[] = {
-        {"size", required_argument, 0, 's'},
-        {"window", required_argument, 0, 'w'},
-        {"count", required_argument, 0, 'n'},
-        {"placement", required_argument, 0, 'p'},
-        {"fanin", required_argument, 0, 'k'},
-        {"skip-every", required_argument, 0, 'S'},
-        {"corrupt-every", required_argument, 0, 'C'},
-        {"timeout", required_argument, 0, 'T'},
-        {0, 0, 0, 0},
-    };
-    int c;
-    if (quiet) opterr = 0;
-    o->size = 65536; o->window = 64; o->count = 1000; o->placement = PAIRS;
-    o->fanin = 2; o->skip_every = 0; o->corrupt_every = 0; o->timeout = 60.0;
-    while ((c = getopt_long(argc, argv, "s:w:n:p:k:", longopts, NULL)) != -1) {
-        switch (c) {
-        case 's': o->size = atol(optarg); break;
-        case 'w': o->window = atoi(optarg); break;
-        case 'n': o->count = atol(optarg); break;
-        case 'k': o->fanin = atoi(optarg); break;
-        case 'S': o->skip_every = atol(optarg); break;
-        case 'C': o->corrupt_every = atol(optarg); break;
-        case 'T': o->timeout = atof(optarg); break;
-        case 'p':
-            if (!strcmp(optarg, "pairs")) o->placement = PAIRS;
-            else if (!strcmp(optarg, "cross")) o->placement = CROSS;
-            else if (!strcmp(optarg, "fanin")) o->placement = FANIN;
-            else {
-                if (!quiet)
-                    fprintf(stderr, "fabreg_streams: unknown placement '%s'\n", optarg);
-                return 1;
-            }
-            break;
-        default: if (!quiet) usage(argv[0]); return 1;
-        }
-    }
-    if (o->size < HEADER_BYTES) {
-        if (!quiet)
-            fprintf(stderr, "fabreg_streams: size must be at least %d bytes (the header)\n",
-                    HEADER_BYTES);
-        return 1;
-    }
-    if (o->window < 1 || o->count < 1 || o->fanin < 1 || o->timeout <= 0) {
-        if (!quiet)
-            fprintf(stderr, "fabreg_streams: window, count, fanin and timeout must be positive\n");
-        return 1;
-    }
-    return 0;
 }
 
 /* The streams of this placement: tx[i] -> rx[i]; returns how many. */
@@ -290,30 +253,28 @@ static void receive(const struct options *o, struct rx_stream *st, int nst, doub
 
 int main(int argc, char **argv)
 {
-    struct options o;
+    struct options o = {.size = 65536, .window = 64, .count = 1000, .placement = PAIRS,
+                        .fanin = 2, .skip_every = 0, .corrupt_every = 0, .timeout = 60.0};
+    struct workload_run run;
     int rank, nranks, nst, i, mine = 0, namelen;
     int *tx, *rx;
     struct figures *fig, *all;
     char name[MPI_MAX_PROCESSOR_NAME], *names = NULL;
     double t0;
 
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    if (parse_options(argc, argv, &o, rank != 0)) {
-        MPI_Finalize();
-        return 2;
-    }
+    workload_start(&run, &probe, &o, &argc, &argv);
+    rank = run.rank;
+    nranks = run.nranks;
+    if (o.size < HEADER_BYTES)
+        workload_refuse(&run, "size must be at least %d bytes (the header)", HEADER_BYTES);
+    if (o.window < 1 || o.count < 1 || o.fanin < 1 || o.timeout <= 0)
+        workload_refuse(&run, "window, count, fanin and timeout must be positive");
     tx = malloc(sizeof(int) * nranks);
     rx = malloc(sizeof(int) * nranks);
     nst = build_streams(&o, nranks, tx, rx);
-    if (nst == 0) {
-        if (rank == 0)
-            fprintf(stderr, "fabreg_streams: placement %s needs at least %d ranks, got %d\n",
-                    placement_name(o.placement), o.placement == FANIN ? o.fanin + 1 : 2, nranks);
-        MPI_Finalize();
-        return 2;
-    }
+    if (nst == 0)
+        workload_refuse(&run, "placement %s needs at least %d ranks, got %d",
+                        placements[o.placement], o.placement == FANIN ? o.fanin + 1 : 2, nranks);
     fig = calloc(nst, sizeof(*fig));
     all = calloc(nst, sizeof(*all));
     memset(name, 0, sizeof(name));
@@ -354,7 +315,7 @@ int main(int argc, char **argv)
 
     if (rank == 0) {
         printf("# fabreg_streams v1 placement=%s size=%ld window=%d count=%ld ranks=%d streams=%d",
-               placement_name(o.placement), o.size, o.window, o.count, nranks, nst);
+               placements[o.placement], o.size, o.window, o.count, nranks, nst);
         if (o.placement == FANIN) printf(" fanin=%d", o.fanin);
         printf("\n# stream tx rx tx_host rx_host sent received missed corrupted duplicate "
                "rate_gbps loss_rate\n");

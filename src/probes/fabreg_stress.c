@@ -13,11 +13,14 @@
  *
  * The format is documented in docs/workloads.md ("Stress mode").
  */
+#include "probe_samples.h"
+#include "probe_workload.h"
+
 #include <mpi.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <getopt.h>
 #include <sys/time.h>
 
 #define MAX_OPS 2
@@ -32,8 +35,10 @@ struct options {
 
 static const char *op_name(int op) { return op ? "alltoall" : "allreduce"; }
 
-static int parse_ops(const char *text, struct options *o)
+/* --ops: a comma-separated list of at most MAX_OPS collectives. */
+static int parse_ops(const char *text, void *options)
 {
+    struct options *o = options;
     char buf[128], *tok, *save = NULL;
     snprintf(buf, sizeof(buf), "%s", text);
     o->nops = 0;
@@ -48,63 +53,24 @@ static int parse_ops(const char *text, struct options *o)
     return o->nops == 0;
 }
 
-static int parse_options(int argc, char **argv, struct options *o, int quiet)
-{
-    static struct option longopts[] = {
-        {"duration", required_argument, 0, 't'},
-        {"window", required_argument, 0, 'w'},
-        {"size", required_argument, 0, 's'},
-        {"ops", required_argument, 0, 'o'},
-        {"log", required_argument, 0, 'l'},
-        {0, 0, 0, 0},
-    };
-    int c;
-    if (quiet) opterr = 0;
-    o->duration = 10; o->window = 1; o->size = 1 << 22; o->log = NULL;
-    o->nops = 2; o->ops[0] = 0; o->ops[1] = 1;
-    while ((c = getopt_long(argc, argv, "t:w:s:o:l:", longopts, NULL)) != -1) {
-        switch (c) {
-        case 't': o->duration = atof(optarg); break;
-        case 'w': o->window = atof(optarg); break;
-        case 's': o->size = atol(optarg); break;
-        case 'l': o->log = optarg; break;
-        case 'o':
-            if (parse_ops(optarg, o)) {
-                if (!quiet)
-                    fprintf(stderr, "fabreg_stress: --ops takes allreduce and/or alltoall, "
-                            "comma-separated (got '%s')\n", optarg);
-                return 1;
-            }
-            break;
-        default:
-            if (!quiet)
-                fprintf(stderr, "usage: %s [-t seconds] [-w window_seconds] [-s bytes] "
-                        "[-o allreduce,alltoall] [--log file]\n", argv[0]);
-            return 1;
-        }
-    }
-    if (o->duration <= 0 || o->window <= 0 || o->size < 8) {
-        if (!quiet)
-            fprintf(stderr, "fabreg_stress: duration and window must be positive, "
-                    "size at least 8 bytes\n");
-        return 1;
-    }
-    return 0;
-}
+#define FIELD(name) offsetof(struct options, name)
+static const struct workload_option option_table[] = {
+    {.name = "duration", .letter = 't', .type = WORKLOAD_DOUBLE, .offset = FIELD(duration)},
+    {.name = "window", .letter = 'w', .type = WORKLOAD_DOUBLE, .offset = FIELD(window)},
+    {.name = "size", .letter = 's', .type = WORKLOAD_LONG, .offset = FIELD(size)},
+    {.name = "ops", .letter = 'o', .type = WORKLOAD_CUSTOM, .parse = parse_ops,
+     .invalid = "--ops takes allreduce and/or alltoall, comma-separated (got '%s')"},
+    {.name = "log", .letter = 'l', .type = WORKLOAD_STRING, .offset = FIELD(log)},
+    {.name = NULL},
+};
+#undef FIELD
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double percentile(const double *v, long n, double p)
-{
-    long idx = (long)(p / 100.0 * n + 0.999999) - 1;
-    if (idx < 0) idx = 0;
-    if (idx >= n) idx = n - 1;
-    return v[idx];
-}
+static const struct workload_probe probe = {
+    "fabreg_stress",
+    "usage: %s [-t seconds] [-w window_seconds] [-s bytes] [-o allreduce,alltoall] "
+    "[--log file]\n",
+    option_table,
+};
 
 static double unix_time(void)
 {
@@ -116,22 +82,21 @@ static double unix_time(void)
 static void log_window(FILE *out, int op, const struct options *o, int ranks, double window_s,
                        double *t, long n)
 {
-    double sum = 0;
-    long i;
+    struct samples_summary s;
     if (n == 0) return;
-    qsort(t, n, sizeof(double), cmp_double);
-    for (i = 0; i < n; i++) sum += t[i];
+    samples_summarize(t, n, &s);
     fprintf(out, "{\"time\": %.3f, \"op\": \"%s\", \"size\": %ld, \"ranks\": %d, "
             "\"window_s\": %.3f, \"iterations\": %ld, \"p50_us\": %.3f, \"p99_us\": %.3f, "
             "\"max_us\": %.3f, \"mean_us\": %.3f}\n", unix_time(), op_name(op), o->size, ranks,
-            window_s, n, percentile(t, n, 50) * 1e6, percentile(t, n, 99) * 1e6,
-            t[n - 1] * 1e6, sum / n * 1e6);
+            window_s, n, s.p50 * 1e6, s.p99 * 1e6, s.max * 1e6, s.mean * 1e6);
     fflush(out);
 }
 
 int main(int argc, char **argv)
 {
-    struct options o;
+    struct options o = {.duration = 10, .window = 1, .size = 1 << 22, .ops = {0, 1}, .nops = 2,
+                        .log = NULL};
+    struct workload_run run;
     int rank, nranks, k;
     long count, n[MAX_OPS] = {0};
     char *sbuf, *rbuf;
@@ -139,13 +104,11 @@ int main(int argc, char **argv)
     FILE *out = stdout;
     int go[2] = {1, 1};  /* continue this window, continue the run */
 
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    if (parse_options(argc, argv, &o, rank != 0)) {
-        MPI_Finalize();
-        return 2;
-    }
+    workload_start(&run, &probe, &o, &argc, &argv);
+    rank = run.rank;
+    nranks = run.nranks;
+    if (o.duration <= 0 || o.window <= 0 || o.size < 8)
+        workload_refuse(&run, "duration and window must be positive, size at least 8 bytes");
     if (rank == 0 && o.log) {
         out = fopen(o.log, "a");
         if (!out) {

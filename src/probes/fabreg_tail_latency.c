@@ -25,11 +25,14 @@
  * algorithm is chosen outside the probe (Open MPI coll_tuned MCA parameters,
  * MPICH MPIR_CVAR_* variables), so one binary compares algorithms.
  */
+#include "probe_samples.h"
+#include "probe_workload.h"
+
 #include <mpi.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <getopt.h>
 #include <unistd.h>
 
 #define TAG_PHASE 11
@@ -46,64 +49,34 @@ struct options {
     long bg_size;
 };
 
-static int parse_options(int argc, char **argv, struct options *o, int quiet)
-{
-    static struct option longopts[] = {
-        {"op", required_argument, 0, 'o'},
-        {"size", required_argument, 0, 's'},
-        {"iterations", required_argument, 0, 'i'},
-        {"warmup", required_argument, 0, 'x'},
-        {"blocks", required_argument, 0, 'k'},
-        {"background-pairs", required_argument, 0, 'b'},
-        {"background-size", required_argument, 0, 'B'},
-        {"background-window", required_argument, 0, 'W'},
-        {"background-duty", required_argument, 0, 'D'},
-        {"interleave", no_argument, 0, 'I'},
-        {0, 0, 0, 0},
-    };
-    int c;
-    if (quiet) opterr = 0;
-    o->alltoall = 0; o->size = 8; o->iterations = 1000; o->warmup = 100; o->blocks = 5;
-    o->bg_pairs = 0; o->bg_size = 512 << 10; o->bg_window = 2; o->duty = 25; o->interleave = 0;
-    while ((c = getopt_long(argc, argv, "o:s:i:x:k:b:B:W:D:I", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'o':
-            if (!strcmp(optarg, "allreduce")) o->alltoall = 0;
-            else if (!strcmp(optarg, "alltoall")) o->alltoall = 1;
-            else {
-                if (!quiet)
-                    fprintf(stderr, "fabreg_tail_latency: unknown op '%s' "
-                            "(allreduce, alltoall)\n", optarg);
-                return 1;
-            }
-            break;
-        case 's': o->size = atol(optarg); break;
-        case 'i': o->iterations = atoi(optarg); break;
-        case 'x': o->warmup = atoi(optarg); break;
-        case 'k': o->blocks = atoi(optarg); break;
-        case 'b': o->bg_pairs = atoi(optarg); break;
-        case 'B': o->bg_size = atol(optarg); break;
-        case 'W': o->bg_window = atoi(optarg); break;
-        case 'D': o->duty = atoi(optarg); break;
-        case 'I': o->interleave = 1; break;
-        default:
-            if (!quiet)
-                fprintf(stderr, "usage: %s [-o allreduce|alltoall] [-s bytes] [-i iterations] "
-                        "[-x warmup] [-k blocks] [-b background_pairs] [-B background_bytes] "
-                        "[-W background_window] [-D background_duty_percent] [-I]\n", argv[0]);
-            return 1;
-        }
-    }
-    if (o->size < 1 || o->iterations < 1 || o->warmup < 0 || o->bg_pairs < 0 ||
-        o->bg_size < 1 || o->bg_window < 1 || o->blocks < 1 || o->blocks > o->iterations ||
-        o->duty < 1 || o->duty > 100) {
-        if (!quiet)
-            fprintf(stderr, "fabreg_tail_latency: sizes and counts must be positive "
-                    "(blocks <= iterations, duty 1..100 %%)\n");
-        return 1;
-    }
-    return 0;
-}
+static const char *const ops[] = {"allreduce", "alltoall", NULL};
+
+#define FIELD(name) offsetof(struct options, name)
+static const struct workload_option option_table[] = {
+    {.name = "op", .letter = 'o', .type = WORKLOAD_CHOICE, .offset = FIELD(alltoall),
+     .choices = ops, .invalid = "unknown op '%s' (allreduce, alltoall)"},
+    {.name = "size", .letter = 's', .type = WORKLOAD_LONG, .offset = FIELD(size)},
+    {.name = "iterations", .letter = 'i', .type = WORKLOAD_INT, .offset = FIELD(iterations)},
+    {.name = "warmup", .letter = 'x', .type = WORKLOAD_INT, .offset = FIELD(warmup)},
+    {.name = "blocks", .letter = 'k', .type = WORKLOAD_INT, .offset = FIELD(blocks)},
+    {.name = "background-pairs", .letter = 'b', .type = WORKLOAD_INT,
+     .offset = FIELD(bg_pairs)},
+    {.name = "background-size", .letter = 'B', .type = WORKLOAD_LONG, .offset = FIELD(bg_size)},
+    {.name = "background-window", .letter = 'W', .type = WORKLOAD_INT,
+     .offset = FIELD(bg_window)},
+    {.name = "background-duty", .letter = 'D', .type = WORKLOAD_INT, .offset = FIELD(duty)},
+    {.name = "interleave", .letter = 'I', .type = WORKLOAD_FLAG, .offset = FIELD(interleave)},
+    {.name = NULL},
+};
+#undef FIELD
+
+static const struct workload_probe probe = {
+    "fabreg_tail_latency",
+    "usage: %s [-o allreduce|alltoall] [-s bytes] [-i iterations] [-x warmup] [-k blocks] "
+    "[-b background_pairs] [-B background_bytes] [-W background_window] "
+    "[-D background_duty_percent] [-I]\n",
+    option_table,
+};
 
 /* Wait for a request, sleeping `nap` microseconds between polls (0: spin), so
  * idle background ranks leave the CPUs to the measured ones. */
@@ -209,32 +182,13 @@ static void set_background(const struct options *o, int phase, int measured)
                  MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of sorted values. */
-static double percentile(const double *v, int n, double p)
-{
-    int idx = (int)(p / 100.0 * n + 0.999999) - 1;
-    if (idx < 0) idx = 0;
-    if (idx >= n) idx = n - 1;
-    return v[idx];
-}
-
 static void report(const char *phase, double *t, int n)
 {
-    double sum = 0, p50, p99;
-    int i;
-    qsort(t, n, sizeof(double), cmp_double);
-    for (i = 0; i < n; i++) sum += t[i];
-    p50 = percentile(t, n, 50);
-    p99 = percentile(t, n, 99);
-    printf("%s %.3f %.3f %.3f %.3f %.3f %.3f %.4f\n", phase, p50 * 1e6,
-           percentile(t, n, 90) * 1e6, p99 * 1e6, t[n - 1] * 1e6, sum / n * 1e6, t[0] * 1e6,
-           p50 > 0 ? p99 / p50 : 0.0);
+    struct samples_summary s;
+    samples_summarize(t, n, &s);
+    printf("%s %.3f %.3f %.3f %.3f %.3f %.3f %.4f\n", phase, s.p50 * 1e6, s.p90 * 1e6,
+           s.p99 * 1e6, s.max * 1e6, s.mean * 1e6, s.min * 1e6,
+           s.p50 > 0 ? s.p99 / s.p50 : 0.0);
 }
 
 struct buffers { char *s, *r; long count; };
@@ -253,34 +207,30 @@ static double one_iteration(const struct options *o, MPI_Comm comm, struct buffe
 
 int main(int argc, char **argv)
 {
-    struct options o;
+    struct options o = {.alltoall = 0, .size = 8, .iterations = 1000, .warmup = 100,
+                        .blocks = 5, .bg_pairs = 0, .bg_size = 512 << 10, .bg_window = 2,
+                        .duty = 25, .interleave = 0};
+    struct workload_run run;
     int rank, nranks, measured, color;
     MPI_Comm comm;
     long rounds = 0, total_rounds = 0;
 
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    if (parse_options(argc, argv, &o, rank != 0)) {
-        MPI_Finalize();
-        return 2;
-    }
+    workload_start(&run, &probe, &o, &argc, &argv);
+    rank = run.rank;
+    nranks = run.nranks;
+    if (o.size < 1 || o.iterations < 1 || o.warmup < 0 || o.bg_pairs < 0 ||
+        o.bg_size < 1 || o.bg_window < 1 || o.blocks < 1 || o.blocks > o.iterations ||
+        o.duty < 1 || o.duty > 100)
+        workload_refuse(&run, "sizes and counts must be positive "
+                        "(blocks <= iterations, duty 1..100 %%)");
     measured = nranks - 2 * o.bg_pairs;
-    if (measured < 2) {
-        if (rank == 0)
-            fprintf(stderr, "fabreg_tail_latency: %d ranks leave %d for the measurement after "
-                    "%d background pairs; need at least 2\n", nranks, measured, o.bg_pairs);
-        MPI_Finalize();
-        return 2;
-    }
-    if (o.interleave && (nranks % 2 || nranks / 2 != 2 * o.bg_pairs)) {
-        if (rank == 0)
-            fprintf(stderr, "fabreg_tail_latency: -I needs every odd rank in a background "
-                    "pair: %d ranks, so %d background pairs, not %d\n", nranks, nranks / 4,
-                    o.bg_pairs);
-        MPI_Finalize();
-        return 2;
-    }
+    if (measured < 2)
+        workload_refuse(&run, "%d ranks leave %d for the measurement after "
+                        "%d background pairs; need at least 2", nranks, measured, o.bg_pairs);
+    if (o.interleave && (nranks % 2 || nranks / 2 != 2 * o.bg_pairs))
+        workload_refuse(&run, "-I needs every odd rank in a background "
+                        "pair: %d ranks, so %d background pairs, not %d", nranks, nranks / 4,
+                        o.bg_pairs);
     color = o.interleave ? rank % 2 : rank >= measured;
     MPI_Comm_split(MPI_COMM_WORLD, color, rank, &comm);
 
@@ -318,7 +268,7 @@ int main(int argc, char **argv)
         if (rank == 0) {
             printf("# fabreg_tail_latency v2 op=%s size=%ld iterations=%d blocks=%d ranks=%d "
                    "measured_ranks=%d background_pairs=%d background_size=%ld\n",
-                   o.alltoall ? "alltoall" : "allreduce", o.size, nq, o.blocks, nranks, measured,
+                   ops[o.alltoall], o.size, nq, o.blocks, nranks, measured,
                    o.bg_pairs, o.bg_size);
             printf("# phase p50_us p90_us p99_us max_us mean_us min_us p99_over_p50\n");
             report("quiet", quiet_max, nq);

@@ -8,53 +8,20 @@
  */
 #include "probe_common.h"
 
-#include <string.h>
-
-static const struct probe_info info = {
-    "osu_allreduce", "OSU MPI Allreduce Latency Test", PROBE_COLLECTIVE,
-};
-
 static void op(const struct probe_run *run, struct probe_coll_bufs *b, size_t size)
 {
     (void)run;
     MPI_Allreduce(b->send, b->recv, (int)size, MPI_CHAR, MPI_SUM, MPI_COMM_WORLD);
 }
 
-static void prepare(const struct probe_run *run, struct probe_coll_bufs *b, size_t size,
-                    int iter)
-{
-    probe_fill(b->send, size, run->rank, 0, iter);
-    memset(b->recv, 0xff, size);
-}
-
-static int check(const struct probe_run *run, const struct probe_coll_bufs *b, size_t size,
-                 int iter)
-{
-    const unsigned char *got = (const unsigned char *)b->recv;
-    int wrong = 0, r;
-    size_t k;
-
-    for (k = 0; k < size; k++) {
-        unsigned sum = 0;
-
-        for (r = 0; r < run->nranks; r++) {
-            sum += probe_pattern(r, 0, k, iter);
-        }
-        if (got[k] != (unsigned char)(sum & 0xffu)) {
-            wrong++;
-        }
-    }
-    return wrong;
-}
-
 int main(int argc, char *argv[])
 {
-    static const struct probe_collective coll = {
-        op, prepare, check, 0, 0, 0,
+    static const struct probe_collective allreduce = {
+        .info = {"osu_allreduce", "OSU MPI Allreduce Latency Test", PROBE_COLLECTIVE},
+        .op = op,
+        .prepare = probe_prepare_reduction,
+        .check = probe_check_reduction,
     };
-    struct probe_run run;
 
-    probe_start(&run, &info, &argc, &argv);
-    probe_finish(&run, probe_run_collective(&run, &coll));
-    return 0;
+    probe_collective_main(&allreduce, argc, argv);
 }

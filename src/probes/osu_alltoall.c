@@ -11,11 +11,6 @@
 
 #include <string.h>
 
-static const struct probe_info info = {
-    "osu_alltoall", "OSU MPI All-to-All Personalized Exchange Latency Test",
-    PROBE_COLLECTIVE,
-};
-
 static void op(const struct probe_run *run, struct probe_coll_bufs *b, size_t size)
 {
     (void)run;
@@ -49,12 +44,15 @@ static int check(const struct probe_run *run, const struct probe_coll_bufs *b, s
 
 int main(int argc, char *argv[])
 {
-    static const struct probe_collective coll = {
-        op, prepare, check, 1, 1, 0,
+    static const struct probe_collective alltoall = {
+        .info = {"osu_alltoall", "OSU MPI All-to-All Personalized Exchange Latency Test",
+                 PROBE_COLLECTIVE},
+        .op = op,
+        .prepare = prepare,
+        .check = check,
+        .send_per_rank = 1,
+        .recv_per_rank = 1,
     };
-    struct probe_run run;
 
-    probe_start(&run, &info, &argc, &argv);
-    probe_finish(&run, probe_run_collective(&run, &coll));
-    return 0;
+    probe_collective_main(&alltoall, argc, argv);
 }

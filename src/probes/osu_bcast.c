@@ -10,10 +10,6 @@
 
 #include <string.h>
 
-static const struct probe_info info = {
-    "osu_bcast", "OSU MPI Broadcast Latency Test", PROBE_COLLECTIVE,
-};
-
 /* One buffer, as in OSU: the root's data is broadcast in place. */
 static void op(const struct probe_run *run, struct probe_coll_bufs *b, size_t size)
 {
@@ -40,12 +36,12 @@ static int check(const struct probe_run *run, const struct probe_coll_bufs *b, s
 
 int main(int argc, char *argv[])
 {
-    static const struct probe_collective coll = {
-        op, prepare, check, 0, 0, 0,
+    static const struct probe_collective bcast = {
+        .info = {"osu_bcast", "OSU MPI Broadcast Latency Test", PROBE_COLLECTIVE},
+        .op = op,
+        .prepare = prepare,
+        .check = check,
     };
-    struct probe_run run;
 
-    probe_start(&run, &info, &argc, &argv);
-    probe_finish(&run, probe_run_collective(&run, &coll));
-    return 0;
+    probe_collective_main(&bcast, argc, argv);
 }

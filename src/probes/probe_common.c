@@ -1,6 +1,7 @@
 /*
- * probe_common.c - option parsing, output layout, buffers and the collective
- * driver shared by the fabreg benchmark probes (see probe_common.h).
+ * probe_common.c - option parsing, output layout, buffers, the per-size frame
+ * of the point-to-point probes and the collective driver shared by the
+ * OSU-compatible probes (see probe_common.h).
  */
 #define _GNU_SOURCE
 #include "probe_common.h"
@@ -399,6 +400,14 @@ void probe_print_pt2pt_row(const struct probe_run *run, size_t size, double valu
     fflush(stdout);
 }
 
+void probe_prepare_exchange(const struct probe_run *run, char *s_buf, char *r_buf,
+                            size_t size, int peer, int iter)
+{
+    probe_fill(s_buf, size, run->rank, peer, iter);
+    memset(r_buf, 0xff, size);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 int probe_sum_errors(int errors)
 {
     int total = 0;
@@ -474,6 +483,86 @@ int probe_check(const void *buf, size_t len, int from, int to, int iter)
     return wrong;
 }
 
+int probe_run_pt2pt(const struct probe_run *run, const struct probe_pt2pt *pt2pt)
+{
+    const size_t max = run->opt.max_size;
+    const size_t window = (size_t)run->opt.window;
+    struct probe_pt2pt_bufs bufs = {NULL, NULL, NULL, NULL};
+    size_t size;
+    int failed = 0;
+
+    bufs.send = probe_alloc(run, max);
+    bufs.recv = probe_alloc(run, max);
+    if (run->info->family == PROBE_BANDWIDTH) {
+        bufs.requests = probe_alloc(run, sizeof(*bufs.requests) * 2 * window);
+        bufs.statuses = probe_alloc(run, sizeof(*bufs.statuses) * window);
+    }
+    probe_print_header(run);
+
+    for (size = probe_first_size(run); size <= max && !failed; size = probe_next_size(size)) {
+        const int iterations = probe_iterations(run, size);
+        double value;
+        int errors = 0;
+
+        /* Touch the buffers for this size, then start together. */
+        memset(bufs.send, 'a', size);
+        memset(bufs.recv, 'b', size);
+        MPI_Barrier(MPI_COMM_WORLD);
+
+        value = pt2pt->run_size(run, &bufs, size, iterations, probe_skip(run, size), &errors);
+
+        if (run->opt.validate) {
+            errors = probe_sum_errors(errors);
+        }
+        probe_print_pt2pt_row(run, size, value, errors);
+        if (errors) {
+            probe_report_failure(run, size);
+            failed = 1;
+        }
+    }
+
+    free(bufs.send);
+    free(bufs.recv);
+    free(bufs.requests);
+    free(bufs.statuses);
+    return failed;
+}
+
+void probe_pt2pt_main(const struct probe_pt2pt *pt2pt, int argc, char **argv)
+{
+    struct probe_run run;
+
+    probe_start(&run, &pt2pt->info, &argc, &argv);
+    probe_finish(&run, probe_run_pt2pt(&run, pt2pt));
+}
+
+void probe_prepare_reduction(const struct probe_run *run, struct probe_coll_bufs *b,
+                             size_t size, int iter)
+{
+    probe_fill(b->send, size, run->rank, 0, iter);
+    memset(b->recv, 0xff, size);
+}
+
+int probe_check_reduction(const struct probe_run *run, const struct probe_coll_bufs *b,
+                          size_t size, int iter)
+{
+    const unsigned char *got = (const unsigned char *)b->recv;
+    int wrong = 0, r;
+    size_t k;
+
+    for (k = 0; k < size; k++) {
+        unsigned sum = 0;
+
+        for (r = 0; r < run->nranks; r++) {
+            sum += probe_pattern(r, 0, k, iter);
+        }
+        if (got[k] != (unsigned char)(sum & 0xffu)) {
+            wrong++;
+        }
+    }
+    return wrong;
+}
+
 int probe_run_collective(const struct probe_run *run, const struct probe_collective *coll)
 {
     const size_t max = run->opt.max_size;
@@ -533,4 +622,12 @@ int probe_run_collective(const struct probe_run *run, const struct probe_collect
     free(bufs.send);
     free(bufs.recv);
     return failed;
+}
+
+void probe_collective_main(const struct probe_collective *coll, int argc, char **argv)
+{
+    struct probe_run run;
+
+    probe_start(&run, &coll->info, &argc, &argv);
+    probe_finish(&run, probe_run_collective(&run, coll));
 }

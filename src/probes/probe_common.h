@@ -4,9 +4,11 @@
  * The probes are small C + MPI programs that measure what the OSU
  * Micro-Benchmarks measure, the same way, and print their results in the
  * OSU 7.x text format so that one parser serves both.  This header holds
- * what every probe needs: option parsing, the OSU default iteration counts,
- * page-aligned buffers, the output layout, a data pattern for -c, and the
- * driver shared by the blocking collectives.
+ * what every one of these osu_* probes needs: option parsing, the OSU default
+ * iteration counts, page-aligned buffers, the output layout, the per-size
+ * frame around a point-to-point timed loop, a data pattern for -c, and the
+ * driver shared by the blocking collectives.  (fabreg's own workload probes,
+ * fabreg_*.c, use probe_workload.h and probe_samples.h instead.)
  *
  * Part of fabreg; written for the project, not derived from OSU code.
  */
@@ -79,7 +81,7 @@ void probe_start(struct probe_run *run, const struct probe_info *info,
                  int *argc, char ***argv);
 
 /* Finalise MPI and exit: 0, or 1 after a validation failure. */
-void probe_finish(const struct probe_run *run, int failed);
+void probe_finish(const struct probe_run *run, int failed) __attribute__((noreturn));
 
 /* Print (rank 0) the probe's identification line and the OSU header lines. */
 void probe_print_header(const struct probe_run *run);
@@ -94,6 +96,14 @@ size_t probe_next_size(size_t size);
 
 /* Page-aligned buffer, or MPI_Abort with a message naming the probe. */
 void *probe_alloc(const struct probe_run *run, size_t bytes);
+
+/*
+ * -c preparation of one iteration where both ranks send (osu_latency,
+ * osu_bibw): write this rank's pattern for `peer`, clear the receive buffer,
+ * then synchronise, so that the timed part starts together.
+ */
+void probe_prepare_exchange(const struct probe_run *run, char *s_buf, char *r_buf,
+                            size_t size, int peer, int iter);
 
 /* Print one point-to-point row (rank 0): size, value [, Pass/Fail]. */
 void probe_print_pt2pt_row(const struct probe_run *run, size_t size,
@@ -124,6 +134,41 @@ void probe_fill(void *buf, size_t len, int from, int to, int iter);
 int probe_check(const void *buf, size_t len, int from, int to, int iter);
 
 /*
+ * Point-to-point probe description, run by probe_run_pt2pt(), which does
+ * what is the same in every one: buffers, header, the sizes with their OSU
+ * iteration counts, touching the buffers and a barrier before each size, the
+ * row after it and the stop after a validation failure.  The probe's own
+ * timed loop stays whole inside its run_size(), so the driver adds nothing to
+ * it (one call per size, outside the timing).
+ */
+struct probe_pt2pt_bufs {
+    char *send;
+    char *recv;
+    MPI_Request *requests;  /* PROBE_BANDWIDTH: 2 x window, else NULL */
+    MPI_Status *statuses;   /* PROBE_BANDWIDTH: window (a real array: MPICH's
+                               MPI_STATUSES_IGNORE trips gcc's -Wstringop-overflow
+                               on MPI_Waitall), else NULL */
+};
+
+struct probe_pt2pt {
+    struct probe_info info;  /* family PROBE_LATENCY or PROBE_BANDWIDTH */
+    /*
+     * One size on both ranks: `skip` warm-up then `iterations` timed
+     * iterations; returns the figure rank 0 prints and adds the -c errors
+     * this rank saw to *errors.
+     */
+    double (*run_size)(const struct probe_run *run, const struct probe_pt2pt_bufs *b,
+                       size_t size, int iterations, int skip, int *errors);
+};
+
+/* Run the OSU point-to-point method over all sizes; returns the exit status. */
+int probe_run_pt2pt(const struct probe_run *run, const struct probe_pt2pt *pt2pt);
+
+/* The whole program of a point-to-point probe: start, run, finish. */
+void probe_pt2pt_main(const struct probe_pt2pt *pt2pt, int argc, char **argv)
+    __attribute__((noreturn));
+
+/*
  * Blocking collective description, run by probe_run_collective().
  * Buffers are sized for the largest message, times the number of ranks where
  * a collective needs one block per rank.
@@ -134,6 +179,7 @@ struct probe_coll_bufs {
 };
 
 struct probe_collective {
+    struct probe_info info;  /* family PROBE_COLLECTIVE */
     /* The timed operation: one collective of `size` bytes (MPI_CHAR). */
     void (*op)(const struct probe_run *run, struct probe_coll_bufs *b, size_t size);
     /* -c only: write the expected inputs of iteration `iter` (untimed). */
@@ -151,5 +197,20 @@ struct probe_collective {
 /* Run the OSU collective method over all sizes; returns the exit status. */
 int probe_run_collective(const struct probe_run *run,
                          const struct probe_collective *coll);
+
+/* The whole program of a blocking collective probe: start, run, finish. */
+void probe_collective_main(const struct probe_collective *coll, int argc, char **argv)
+    __attribute__((noreturn));
+
+/*
+ * -c for the MPI_SUM reductions (osu_allreduce, osu_reduce): every rank
+ * contributes its pattern (as sender to rank 0) and the result buffer is
+ * cleared; the check counts result bytes that differ from the sum of all
+ * ranks' patterns (on every rank: use it only where the result arrives).
+ */
+void probe_prepare_reduction(const struct probe_run *run, struct probe_coll_bufs *b,
+                             size_t size, int iter);
+int probe_check_reduction(const struct probe_run *run, const struct probe_coll_bufs *b,
+                          size_t size, int iter);
 
 #endif /* PROBE_COMMON_H */
