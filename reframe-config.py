@@ -169,7 +169,7 @@ site_configuration = {
                 },
             ],
         },
-        minicluster.system(environs=['openmpi', 'mpich', 'mvapich2']),
+        minicluster.system(environs=['openmpi', 'mpich', 'mvapich2', 'builtin']),
     ],
     'environments': local_environments + minicluster.environments(local_environments),
     # --mode nightly | acceptance | quick (docs/references.md#modes)

@@ -196,30 +196,34 @@ def test_quick_subset_runs_through_slurm_on_two_nodes(cluster, tmp_path):
     assert {"openmpi", "mpich"} <= seen_mpis
 
 
-WORKLOAD_CASES = ("Streams%transport=tcp%nodes=2%layout=cross",
+WORKLOAD_CASES = ("UcxPerftestLatency%nodes=2%ucx_test=tag_lat%transport=tcp%buffer=host",
+                  "Streams%transport=tcp%nodes=2%layout=cross",
                   "TailLatency%transport=tcp%nodes=2%case=allreduce:default",
                   "Matmul%transport=tcp%nodes=2%mode=nonblocking%matrix_size=512%ranks=2")
 
 
 def test_workload_checks_run_across_two_nodes(cluster, tmp_path):
-    """Streams between nodes, tail latency with the background on the same links, and the
-    distributed matmul, through Slurm on both namespaces, judged against the minicluster
-    references.
+    """ucx_perftest and streams between nodes, tail latency with the background on the same
+    links, and the distributed matmul, through Slurm on both namespaces, judged against the
+    minicluster references.
 
     Open MPI only: MPICH 4.0.2 with UCX 1.13 over TCP hangs in MPI_Finalize in some of these
     jobs after printing complete results (docs/cluster.md, "Known issues"), which would make
     this test fail for a reason outside the suite.
     """
     selection = [arg for case in WORKLOAD_CASES for arg in ("-n", case)]
-    proc = cluster.reframe(tmp_path, *selection, "-p", "openmpi", "-S", "time_limit=3m")
+    proc = cluster.reframe(tmp_path, *selection, "-p", "openmpi|builtin", "-S", "time_limit=3m")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     perflogs = tmp_path / "perflogs" / "minicluster" / "compute"
-    for name in ("Streams", "TailLatency", "Matmul"):
+    for name in ("UcxPerftestLatency", "Streams", "TailLatency", "Matmul"):
         (row,) = _rows(perflogs / f"{name}.log")
-        assert row["environ"] == "openmpi" and row["nodes"] == "2", row
+        assert row["environ"] == ("builtin" if name.startswith("Ucx") else "openmpi"), row
+        assert row["nodes"] == "2", row
         assert row["job_nodelist"] == "node1,node2", row
         assert row["result"] == "pass" and row["ref_status"] in ("ok", "warn"), row
+    (ucx,) = _rows(perflogs / "UcxPerftestLatency.log")
+    assert ucx["transport_used"] == "tcp" and float(ucx["latency_8B_value"]) > 0, ucx
     (streams,) = _rows(perflogs / "Streams.log")
     assert float(streams["loss_rate_value"]) == 0 and float(streams["rate_min_value"]) > 0.3
     (tail,) = _rows(perflogs / "TailLatency.log")
