@@ -254,7 +254,12 @@ static enum parse_result parse_options(struct probe_run *run, int argc, char **a
     return PARSE_RUN;
 }
 
-void probe_start(struct probe_run *run, const struct probe_info *info, int *argc,
+/*
+ * Initialise MPI, parse the command line and check the number of ranks.
+ * Returns only when the benchmark should run; for -h/-v it exits 0, for a bad
+ * option or a wrong number of ranks it prints one line (rank 0) and exits 1.
+ */
+static void probe_start(struct probe_run *run, const struct probe_info *info, int *argc,
                  char ***argv)
 {
     enum parse_result parsed;
@@ -303,14 +308,16 @@ void probe_start(struct probe_run *run, const struct probe_info *info, int *argc
     }
 }
 
-void probe_finish(const struct probe_run *run, int failed)
+/* Finalise MPI and exit: 0, or 1 after a validation failure. */
+static void __attribute__((noreturn)) probe_finish(const struct probe_run *run, int failed)
 {
     (void)run;
     MPI_Finalize();
     exit(failed ? EXIT_FAILURE : EXIT_SUCCESS);
 }
 
-void probe_print_header(const struct probe_run *run)
+/* Print (rank 0) the probe's identification line and the OSU header lines. */
+static void probe_print_header(const struct probe_run *run)
 {
     const struct probe_info *info = run->info;
     const struct probe_options *opt = &run->opt;
@@ -344,27 +351,30 @@ void probe_print_header(const struct probe_run *run)
     fflush(stdout);
 }
 
-int probe_iterations(const struct probe_run *run, size_t size)
+/* Iterations / warm-up iterations for one message size (OSU thresholds). */
+static int probe_iterations(const struct probe_run *run, size_t size)
 {
     return size > PROBE_LARGE_MESSAGE ? run->opt.iters_large : run->opt.iters_small;
 }
 
-int probe_skip(const struct probe_run *run, size_t size)
+static int probe_skip(const struct probe_run *run, size_t size)
 {
     return size > PROBE_LARGE_MESSAGE ? run->opt.skip_large : run->opt.skip_small;
 }
 
-size_t probe_first_size(const struct probe_run *run)
+/* Message sizes: MIN, 2*MIN, 4*MIN, ... up to MAX (0 is skipped as in OSU). */
+static size_t probe_first_size(const struct probe_run *run)
 {
     return run->opt.min_size ? run->opt.min_size : 1;
 }
 
-size_t probe_next_size(size_t size)
+static size_t probe_next_size(size_t size)
 {
     return size * 2;
 }
 
-void *probe_alloc(const struct probe_run *run, size_t bytes)
+/* Page-aligned buffer, or MPI_Abort with a message naming the probe. */
+static void *probe_alloc(const struct probe_run *run, size_t bytes)
 {
     void *buf = NULL;
     long page = sysconf(_SC_PAGESIZE);
@@ -386,7 +396,8 @@ static const char *verdict(int errors)
     return errors ? "Fail" : "Pass";
 }
 
-void probe_print_pt2pt_row(const struct probe_run *run, size_t size, double value,
+/* Print one point-to-point row (rank 0): size, value [, Pass/Fail]. */
+static void probe_print_pt2pt_row(const struct probe_run *run, size_t size, double value,
                            int errors)
 {
     if (run->rank != 0) {
@@ -408,7 +419,8 @@ void probe_prepare_exchange(const struct probe_run *run, char *s_buf, char *r_bu
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
-int probe_sum_errors(int errors)
+/* Sum of validation errors over all ranks, on every rank. */
+static int probe_sum_errors(int errors)
 {
     int total = 0;
 
@@ -416,7 +428,12 @@ int probe_sum_errors(int errors)
     return total;
 }
 
-int probe_report_collective(const struct probe_run *run, size_t size, double latency_us,
+/*
+ * Collective row: reduce this rank's average latency (us) to min/avg/max on
+ * rank 0 and print it; sums the validation errors over all ranks and returns
+ * that sum on every rank.
+ */
+static int probe_report_collective(const struct probe_run *run, size_t size, double latency_us,
                             int iterations, int errors)
 {
     double min_us = 0.0, max_us = 0.0, sum_us = 0.0;
@@ -444,7 +461,8 @@ int probe_report_collective(const struct probe_run *run, size_t size, double lat
     return total;
 }
 
-void probe_report_failure(const struct probe_run *run, size_t size)
+/* Print (rank 0) the line that ends a run after a validation failure. */
+static void probe_report_failure(const struct probe_run *run, size_t size)
 {
     if (run->rank == 0) {
         fprintf(stderr, "%s: error: data validation failed at message size %zu\n",
@@ -453,7 +471,7 @@ void probe_report_failure(const struct probe_run *run, size_t size)
     }
 }
 
-unsigned char probe_pattern(int from, int to, size_t k, int iter)
+static unsigned char probe_pattern(int from, int to, size_t k, int iter)
 {
     return (unsigned char)(((unsigned)from * 3u + (unsigned)to * 5u + (unsigned)iter +
                             (unsigned)(k % 251u)) & 7u);

@@ -73,31 +73,6 @@ struct probe_run {
 };
 
 /*
- * Initialise MPI, parse the command line and check the number of ranks.
- * Returns only when the benchmark should run; for -h/-v it exits 0, for a bad
- * option or a wrong number of ranks it prints one line (rank 0) and exits 1.
- */
-void probe_start(struct probe_run *run, const struct probe_info *info,
-                 int *argc, char ***argv);
-
-/* Finalise MPI and exit: 0, or 1 after a validation failure. */
-void probe_finish(const struct probe_run *run, int failed) __attribute__((noreturn));
-
-/* Print (rank 0) the probe's identification line and the OSU header lines. */
-void probe_print_header(const struct probe_run *run);
-
-/* Iterations / warm-up iterations for one message size (OSU thresholds). */
-int probe_iterations(const struct probe_run *run, size_t size);
-int probe_skip(const struct probe_run *run, size_t size);
-
-/* Message sizes: MIN, 2*MIN, 4*MIN, ... up to MAX (0 is skipped as in OSU). */
-size_t probe_first_size(const struct probe_run *run);
-size_t probe_next_size(size_t size);
-
-/* Page-aligned buffer, or MPI_Abort with a message naming the probe. */
-void *probe_alloc(const struct probe_run *run, size_t bytes);
-
-/*
  * -c preparation of one iteration where both ranks send (osu_latency,
  * osu_bibw): write this rank's pattern for `peer`, clear the receive buffer,
  * then synchronise, so that the timed part starts together.
@@ -105,30 +80,11 @@ void *probe_alloc(const struct probe_run *run, size_t bytes);
 void probe_prepare_exchange(const struct probe_run *run, char *s_buf, char *r_buf,
                             size_t size, int peer, int iter);
 
-/* Print one point-to-point row (rank 0): size, value [, Pass/Fail]. */
-void probe_print_pt2pt_row(const struct probe_run *run, size_t size,
-                           double value, int errors);
-
 /*
- * Collective row: reduce this rank's average latency (us) to min/avg/max on
- * rank 0 and print it; sums the validation errors over all ranks and returns
- * that sum on every rank.
- */
-int probe_report_collective(const struct probe_run *run, size_t size,
-                            double latency_us, int iterations, int errors);
-
-/* Sum of validation errors over all ranks, on every rank. */
-int probe_sum_errors(int errors);
-
-/* Print (rank 0) the line that ends a run after a validation failure. */
-void probe_report_failure(const struct probe_run *run, size_t size);
-
-/*
- * Data pattern for -c: byte k of a message written by rank `from` for rank
- * `to` in iteration `iter`.  Values stay small (0..7) so that sums over
+ * -c data pattern: fill `buf` with the bytes rank `from` writes for rank `to`
+ * in iteration `iter` (byte k depends on all four).  Values stay small (0..7) so that sums over
  * ranks in MPI_CHAR reductions do not overflow for up to 16 ranks.
  */
-unsigned char probe_pattern(int from, int to, size_t k, int iter);
 void probe_fill(void *buf, size_t len, int from, int to, int iter);
 /* Number of bytes of buf that differ from the pattern. */
 int probe_check(const void *buf, size_t len, int from, int to, int iter);
