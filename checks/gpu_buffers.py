@@ -9,7 +9,7 @@ checks/ucx_perftest.py.
 import reframe as rfm
 from reframe.core.builtins import parameter, run_after
 
-from fabreg import gpu, providers
+from fabreg.run import gpu, providers
 from fabreg.testlib.osu import PT2PT, OsuCollective, OsuPointToPoint
 
 

@@ -12,7 +12,7 @@ import reframe.utility.typecheck as typ
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
 
-from fabreg.parsers.probes import MatmulResult, parse_matmul
+from fabreg.run.parsers.probes import MatmulResult, parse_matmul
 from fabreg.testlib.workloads import ProbeCheck
 
 #: Phases whose time counts as distributing the inputs, per mode.

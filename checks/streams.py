@@ -11,7 +11,7 @@ import reframe.utility.sanity as sn
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
 
-from fabreg.parsers.probes import StreamsResult, parse_streams
+from fabreg.run.parsers.probes import StreamsResult, parse_streams
 from fabreg.testlib.workloads import ProbeCheck, launcher_argv
 
 KB = 1 << 10

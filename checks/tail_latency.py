@@ -7,7 +7,7 @@ higher under load: if it is not, the background traffic did not reach the
 measured ranks and the comparison means nothing. The probe runs ``repeats``
 times in the job; the tail must be higher in most runs (one run can be swamped
 by whatever else the machine does), and the figures are the medians. The collective algorithm is a
-parameter, so algorithms compare under the same load (fabreg.collectives says
+parameter, so algorithms compare under the same load (fabreg.run.collectives says
 how each MPI is told).
 """
 
@@ -19,8 +19,8 @@ import reframe.utility.sanity as sn
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
 
-from fabreg import collectives
-from fabreg.parsers.probes import TailLatencyResult, parse_tail_latency
+from fabreg.run import collectives
+from fabreg.run.parsers.probes import TailLatencyResult, parse_tail_latency
 from fabreg.testlib.workloads import ProbeCheck, launcher_argv
 
 #: (collective, algorithm) pairs compared; "default" is the MPI's own choice.

@@ -11,7 +11,7 @@ change touched without editing anything:
     reframe ... -J reservation=fabric-change-42   (ReFrame's own per-job option)
 """
 
-from fabreg.siteconfig import slurm_partition
+from fabreg.run.siteconfig import slurm_partition
 
 MPIS = ['openmpi', 'mpich']
 

@@ -6,8 +6,8 @@ from fractions import Fraction
 
 import pytest
 
-from fabreg import busbw
 from fabreg.errors import FabregError
+from fabreg.run import busbw
 
 
 @pytest.mark.parametrize("benchmark,ranks,factor", [

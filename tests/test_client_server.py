@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fabreg.parsers.ucx_perftest import failure_reason, parse_ucx_perftest
+from fabreg.run.parsers.ucx_perftest import failure_reason, parse_ucx_perftest
 from fabreg.testlib import client_server
 from fabreg.testlib.workloads import free_port
 

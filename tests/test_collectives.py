@@ -2,7 +2,7 @@
 
 import pytest
 
-from fabreg.collectives import select, unsupported_reason
+from fabreg.run.collectives import select, unsupported_reason
 
 
 def test_openmpi_uses_coll_tuned_mca():

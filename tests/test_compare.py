@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fabreg import compare
 from fabreg.errors import FabregError
-from fabreg.perflog import Run, Sample, Session
-from fabreg.store import Store
+from fabreg.review import compare
+from fabreg.review.perflog import Run, Sample, Session
+from fabreg.review.store import Store
 
 DAY = 86400.0
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fabreg.cli import main
-from fabreg.counters import (
+from fabreg.run.counters import (
     CounterReading,
     deltas,
     read_counters,
@@ -16,7 +16,7 @@ from fabreg.counters import (
     read_rdma,
     roce_interfaces,
 )
-from fabreg.parsers.ethtool import parse_ethtool_stats
+from fabreg.run.parsers.ethtool import parse_ethtool_stats
 
 
 def _write(path: Path, value: int | str) -> None:

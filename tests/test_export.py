@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from fabreg import export
-from fabreg.perflog import Run, Sample
-from fabreg.store import Store
-from fabreg.synthetic import generate
+from fabreg.review import export
+from fabreg.review.perflog import Run, Sample
+from fabreg.review.store import Store
+from fabreg.review.synthetic import generate
 
 REPO = Path(__file__).resolve().parent.parent
 PROMTOOL = shutil.which("promtool")
@@ -162,7 +162,7 @@ def test_grafana_dashboard_is_importable_and_queries_exported_metrics(store_db: 
 
 
 def _load(db: Path):
-    from fabreg import trends
+    from fabreg.review import trends
 
     with Store(db, create=False) as store:
         series = store.load()

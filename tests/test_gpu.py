@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from fabreg import gpu
-from fabreg.parsers.gpu_support import mpich_cuda_support, ompi_cuda_support, ucx_memory_types
+from fabreg.run import gpu
+from fabreg.run.parsers.gpu_support import mpich_cuda_support, ompi_cuda_support, ucx_memory_types
 
 
 def test_host_buffers_always_allowed():

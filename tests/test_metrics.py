@@ -1,4 +1,5 @@
-from fabreg.metrics import lower_is_better, perfvar_name, size_label, split_perfvar
+from fabreg.metrics import perfvar_name, size_label, split_perfvar
+from fabreg.schema import lower_is_better
 
 
 def test_size_labels_round_trip():

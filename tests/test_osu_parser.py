@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fabreg.parsers.osu import TITLES, parse_osu, powers_of_two, table_problem
+from fabreg.run.parsers.osu import TITLES, parse_osu, powers_of_two, table_problem
 
 
 def _text(golden, name: str) -> str:

@@ -9,7 +9,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabreg import perflog
+from fabreg import schema
+from fabreg.review import perflog
 
 HEADER = ("job_completion_time|reframe version|name|system|partition|environ|jobid|"
           "job_nodelist|result|benchmark|hashcode|mpi|num_nodes|num_tasks|num_tasks_per_node|"
@@ -157,7 +158,7 @@ words = st.text(alphabet=st.characters(blacklist_characters="|\r\n\x0b\x0c\x1c\x
 def perflog_text(draw):
     params = draw(st.dictionaries(names.filter(lambda n: not n.endswith("_value")
                                                and n not in perflog.FIXED_COLUMNS
-                                               and n not in perflog.NOT_PARAMETERS),
+                                               and n not in schema.NOT_PARAMETERS),
                                   names, max_size=3))
     perfvars = draw(st.lists(names.map(lambda n: "v" + n), min_size=1, max_size=3,
                              unique=True))

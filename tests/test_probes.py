@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from fabreg.parsers.osu import OsuResult, parse_osu, powers_of_two, table_problem
+from fabreg.run.parsers.osu import OsuResult, parse_osu, powers_of_two, table_problem
 
 pytestmark = pytest.mark.slow
 

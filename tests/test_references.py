@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fabreg.errors import FabregError
-from fabreg.references import ReferenceTable, reference_file
+from fabreg.run.references import ReferenceTable, reference_file
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -85,7 +85,7 @@ def test_malformed_files_name_file_and_key(tmp_path, text, message):
 
 
 def test_assessment_bands_deviation_and_notes(tmp_path):
-    from fabreg.references import Assessment, summarize
+    from fabreg.run.references import Assessment, summarize
 
     t = _table("""
 references:

@@ -16,11 +16,11 @@ import pytest
 import yaml
 from conftest import fabreg, have, reframe_binary, run_reframe
 
-from fabreg import suggest
 from fabreg.cli import main
-from fabreg.perflog import Run, Sample, read_perflog_file
-from fabreg.references import ReferenceTable
-from fabreg.store import Store
+from fabreg.review import suggest
+from fabreg.review.perflog import Run, Sample, read_perflog_file
+from fabreg.review.store import Store
+from fabreg.run.references import ReferenceTable
 
 LAT8 = {"benchmark": "osu_latency", "metric": "latency", "size": 8, "mpi": "openmpi",
         "transport": "shm", "nodes": 1}
@@ -33,7 +33,7 @@ BW1M = {"benchmark": "osu_bw", "metric": "bandwidth", "size": 1048576, "mpi": "o
 def add_run(store: Store, t: float, values: dict[str, tuple[float, str]],
             keys: dict[str, dict] | None, test: str = "OsuLatency", system: str = "local",
             environ: str = "openmpi", params: dict[str, str] | None = None) -> None:
-    """One test-case run, as fabreg.perflog would have read it from a perflog line."""
+    """One test-case run, as fabreg.review.perflog would have read it from a perflog line."""
     attrs = {"ref_status": "ok"}
     if keys is not None:
         attrs["ref_keys"] = json.dumps(keys)

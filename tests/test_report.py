@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fabreg.synthetic import generate
+from fabreg.review.synthetic import generate
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -13,7 +13,7 @@ from conftest import REFRAME, REPO
 from fabreg.cluster import reframe_system
 from fabreg.cluster.layout import Layout, Paths
 from fabreg.cluster.state import ClusterState, save
-from fabreg.siteconfig import access_options, slurm_partition
+from fabreg.run.siteconfig import access_options, slurm_partition
 from fabreg.testlib.jobs import scheduler_ending, slurm_cancel_line
 
 SITE_EXAMPLE = REPO / "docs" / "site-config-example.py"

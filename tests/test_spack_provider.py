@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from fabreg import providers
 from fabreg.errors import FabregError
+from fabreg.run import providers
 from fabreg.testlib.osu import SPACK_OSU_PACKAGES
 from fabreg.testlib.spack import choose_spec, lock_digest, parse_spec_records, site_config
 

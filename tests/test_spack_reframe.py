@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, have, run_reframe
 
-from fabreg.providers import find_spack
+from fabreg.run.providers import find_spack
 
 
 def _no_spack_env() -> dict[str, str]:

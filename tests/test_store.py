@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fabreg.store import Store, derive_sessions
-from fabreg.synthetic import generate
+from fabreg.review.store import Store, derive_sessions
+from fabreg.review.synthetic import generate
 
 
 def count(db: Path) -> tuple[int, int]:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from fabreg import stress
 from fabreg.cli import main
 from fabreg.errors import FabregError
+from fabreg.run import stress
 
 HAVE_OPENMPI = shutil.which("mpicc.openmpi") and shutil.which("mpirun.openmpi")
 

@@ -1,14 +1,14 @@
-"""fabreg.transport: the (MPI, transport) mapping, impossible combinations, availability, and
+"""fabreg.run.transport: the (MPI, transport) mapping, impossible combinations, availability, and
 verification against real UCX / Open MPI output (golden files and live runs)."""
 
 from __future__ import annotations
 
 import pytest
 
-from fabreg import transport as t
 from fabreg.errors import FabregError
-from fabreg.parsers.inventory import ucx_transports
-from fabreg.parsers.transport_log import (
+from fabreg.run import transport as t
+from fabreg.run.parsers.inventory import ucx_transports
+from fabreg.run.parsers.transport_log import (
     UcxLane,
     evidence_hosts,
     mvapich2_report,

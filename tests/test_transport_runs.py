@@ -1,4 +1,4 @@
-"""Real MPI runs on this machine: the transport fabreg.transport selects is the one verified.
+"""Real MPI runs on this machine: the transport fabreg.run.transport selects is the one verified.
 
 Two ranks on this host stand in for two nodes for the inter-node transports (TCP over
 loopback): what is tested is the selection and its verification, not the network, so the
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import have
 
-from fabreg import transport as t
+from fabreg.run import transport as t
 
 PING = Path(__file__).parent / "programs" / "mpi_ping.c"
 MPIS = {

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fabreg import trends
-from fabreg.metrics import lower_is_better
-from fabreg.synthetic import generate
+from fabreg.review import trends
+from fabreg.review.synthetic import generate
+from fabreg.schema import lower_is_better
 
 
 def noisy(n: int, level: float = 10.0, noise: float = 0.02, seed: int = 0) -> np.ndarray:

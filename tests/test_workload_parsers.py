@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from fabreg.parsers.perftest import failure_reason as perftest_failure
-from fabreg.parsers.perftest import no_device_reason, parse_perftest
-from fabreg.parsers.ucx_perftest import (
+from fabreg.run.parsers.perftest import failure_reason as perftest_failure
+from fabreg.run.parsers.perftest import no_device_reason, parse_perftest
+from fabreg.run.parsers.ucx_perftest import (
     UcxPerftestError,
     failure_reason,
     parse_ucx_perftest,

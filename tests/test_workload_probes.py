@@ -1,7 +1,7 @@
 """fabreg's workload probes (streams, tail latency, matmul): real MPI runs.
 
 Each probe is compiled once per MPI into a temporary directory and started with
-2-4 ranks on this host; the parsers in fabreg.parsers.probes read the output.
+2-4 ranks on this host; the parsers in fabreg.run.parsers.probes read the output.
 Runs are kept to about a second each (the machine has 2 shared cores).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fabreg.parsers.probes import (
+from fabreg.run.parsers.probes import (
     ProbeOutputError,
     parse_block,
     parse_matmul,

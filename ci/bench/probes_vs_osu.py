@@ -32,8 +32,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fabreg.parsers.osu import OsuResult, parse_osu, powers_of_two, table_problem
-from fabreg.providers import find_osu_binary, osu_prefix_problem
+from fabreg.run.parsers.osu import OsuResult, parse_osu, powers_of_two, table_problem
+from fabreg.run.providers import find_osu_binary, osu_prefix_problem
 
 REPO = Path(__file__).resolve().parents[2]
 PROBES_SRC = REPO / "src" / "probes"

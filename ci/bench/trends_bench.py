@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fabreg import trends
-from fabreg.synthetic import DAY, EPOCH, Dataset, generate
+from fabreg.review import trends
+from fabreg.review.synthetic import DAY, EPOCH, Dataset, generate
 
 HERE = Path(__file__).resolve().parent
 FABREG = [sys.executable, "-m", "fabreg.cli"]
@@ -79,7 +79,7 @@ def fabreg(args: list[str], env: dict[str, str]) -> tuple[float, int, bytes]:
 
 
 def session_index(iso: str) -> int:
-    from fabreg.perflog import parse_time
+    from fabreg.review.perflog import parse_time
 
     return int((parse_time(iso) - EPOCH) // DAY)
 

@@ -16,11 +16,11 @@ from typing import Any
 
 from fabreg.cluster.layout import NODE_IFACE, SLURM_PARTITION, Layout, Paths, state_dir
 from fabreg.cluster.state import load
-from fabreg.siteconfig import slurm_partition
+from fabreg.run.siteconfig import slurm_partition
 
 SYSTEM = "minicluster"
 
-#: What carries MPI traffic on the emulated cluster (names of fabreg.transport).
+#: What carries MPI traffic on the emulated cluster (names of fabreg.run.transport).
 TRANSPORTS = ("tcp", "tcp_ob1", "shm")
 
 
@@ -101,7 +101,7 @@ def environments(base: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     OpenMPI also gets ``--bind-to none``: every emulated node reports the same
     cores, so binding would pile ranks of different "nodes" onto one core. Both place
     ``num_tasks_per_node`` ranks per node explicitly (``--npernode`` / ``-ppn``).
-    Which transport carries the traffic is left to ``fabreg.transport``, told by the
+    Which transport carries the traffic is left to ``fabreg.run.transport``, told by the
     partition's ``tcp_interfaces`` / ``transports`` extras.
     """
     adapted = []

@@ -3,7 +3,7 @@
 The snapshots are taken by ``fabreg counters read`` as the job's first and last
 commands, so they read the node that runs the benchmark (not the ReFrame host).
 The perflog column ``fabric_counters`` holds ``key=delta,...`` or
-``unavailable: <reasons>`` (see fabreg.counters).
+``unavailable: <reasons>`` (see fabreg.run.counters).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 import reframe as rfm
 from reframe.core.builtins import run_before, variable
 
-from fabreg.counters import CounterReading, deltas
 from fabreg.errors import FabregError
+from fabreg.run.counters import CounterReading, deltas
 
 BEFORE = "fabric-counters-before.json"
 AFTER = "fabric-counters-after.json"

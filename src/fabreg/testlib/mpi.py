@@ -15,7 +15,7 @@ environments whose MPI can select the transport, and only transports whose
 scope fits the node count (``shm`` on one node, inter-node ones on two or more).
 Impossible combinations are therefore never generated; possible ones that this
 partition cannot run (no RDMA device, MPI build without the channel) are skipped
-at setup with the reason from ``fabreg.transport.availability_problem``.
+at setup with the reason from ``fabreg.run.transport.availability_problem``.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from reframe.core.exceptions import ReframeError, ReframeFatalError, SanityError
 from reframe.core.launchers import JobLauncher
 from reframe.core.logging import getlogger
 
-from fabreg import transport as tx
 from fabreg.errors import FabregError
+from fabreg.run import transport as tx
 from fabreg.testlib.jobs import SchedulerEndingMixin
 
 _warned: set[str] = set()
@@ -139,7 +139,7 @@ class MpiCheck(rfm.RunOnlyRegressionTest, SchedulerEndingMixin):
     #: Extra launcher arguments (e.g. transport selection), placed before the executable.
     launch_options = variable(list, value=[], loggable=False)
 
-    #: What carries the traffic (``fabreg.transport.TRANSPORTS``); the perflog's ``transport``.
+    #: What carries the traffic (``fabreg.run.transport.TRANSPORTS``); the perflog's ``transport``.
     transport = parameter(list(tx.TRANSPORTS))
 
     #: Nodes the run spans: 1, 2, 4, ... up to the partitions' ``max_nodes``.
@@ -194,7 +194,7 @@ class MpiCheck(rfm.RunOnlyRegressionTest, SchedulerEndingMixin):
         return self.nodes, rpn or (2 if self.nodes == 1 else 1)
 
     def launch_spec(self) -> tx.LaunchSpec:
-        """How this run selects its transport (``fabreg.transport``), or a skip with the reason."""
+        """How this run selects its transport (``fabreg.run.transport``), or a skip with why."""
         part, env = self.current_partition, self.current_environ
         try:
             net = tx.NetConfig.from_extras(part.extras, f"partition {part.fullname}")

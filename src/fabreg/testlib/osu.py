@@ -1,11 +1,11 @@
 """OSU Micro-Benchmarks as ReFrame checks: binaries fixture, sanity, performance variables.
 
-The binaries come from a provider (``fabreg.providers``): Spack (the suite's
+The binaries come from a provider (``fabreg.run.providers``): Spack (the suite's
 environment, installed once per partition by ``fabreg.testlib.spack.SpackStack``)
 when the environment asks for it, real OSU under an install prefix when the
 environment names one, else fabreg's probes, built once per environment by the
 ``OsuBinaries`` fixture. All print OSU 7.x output, so one parser
-(``fabreg.parsers.osu``) serves them all.
+(``fabreg.run.parsers.osu``) serves them all.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from reframe.core.builtins import (
 )
 from reframe.core.exceptions import ReframeError, SanityError
 
-from fabreg import busbw, providers
 from fabreg.errors import FabregError
 from fabreg.metrics import perfvar_name
-from fabreg.parsers.osu import OsuResult, parse_osu, powers_of_two, table_problem
+from fabreg.run import busbw, providers
+from fabreg.run.parsers.osu import OsuResult, parse_osu, powers_of_two, table_problem
 from fabreg.testlib.mpi import MpiCheck, mpi_name, unavailable_reason
 from fabreg.testlib.references import ReferenceKeys, ReferencesMixin
 from fabreg.testlib.spack import SpackStack, choose_spec
@@ -264,5 +264,5 @@ class OsuCollective(OsuCheck):
     """A collective over every node of the run, ``ranks_per_node`` ranks on each.
 
     Its figures at each size are the average latency and the bus bandwidth
-    (``busbw_<size>``, nccl-tests' definition, see ``fabreg.busbw``).
+    (``busbw_<size>``, nccl-tests' definition, see ``fabreg.run.busbw``).
     """

@@ -19,9 +19,14 @@ from reframe.core.backends import getlauncher
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
 
-from fabreg.counters import SYSFS_INFINIBAND, rdma_devices
 from fabreg.metrics import perfvar_name
-from fabreg.parsers.perftest import PerftestTable, failure_reason, no_device_reason, parse_perftest
+from fabreg.run.counters import SYSFS_INFINIBAND, rdma_devices
+from fabreg.run.parsers.perftest import (
+    PerftestTable,
+    failure_reason,
+    no_device_reason,
+    parse_perftest,
+)
 from fabreg.testlib import client_server
 from fabreg.testlib.counters import FabricCounters
 from fabreg.testlib.mpi import node_counts

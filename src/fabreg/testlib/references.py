@@ -1,6 +1,6 @@
 """Per-system references inside a check: two bands, a deviation per value, visible gaps.
 
-``checks/references/<system>.yaml`` (``fabreg.references``) gives each value a
+``checks/references/<system>.yaml`` (``fabreg.run.references``) gives each value a
 reference and two tolerances. In a check:
 
 - the *failure* band becomes ReFrame's ``reference`` tuple, so ReFrame asserts it
@@ -32,7 +32,7 @@ from reframe.core.exceptions import PerformanceError, ReframeError
 from reframe.core.logging import getlogger
 
 from fabreg.errors import FabregError
-from fabreg.references import Assessment, ReferenceTable, reference_file, summarize
+from fabreg.run.references import Assessment, ReferenceTable, reference_file, summarize
 
 #: What a check's performance variable is looked up by, and whether a reference is required.
 ReferenceKeys = dict[str, tuple[dict[str, Any], bool]]

@@ -39,8 +39,8 @@ from reframe.core.builtins import run_after, run_before, sanity_function, variab
 from reframe.core.exceptions import ReframeError, SanityError
 from reframe.core.logging import getlogger
 
-from fabreg import providers
 from fabreg.errors import FabregError
+from fabreg.run import providers
 
 #: Directory (in the fixture's stage) of the Spack environment made from spack.yaml.
 ENV_DIR = "rfm_spack_env"

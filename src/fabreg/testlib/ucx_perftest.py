@@ -1,7 +1,7 @@
 """ucx_perftest as a ReFrame check: server and client in one job, one transport.
 
 Transports are fabreg's names (``tcp``, ``shm``, ``ucx_rc``, ``ucx_ud``, ``ucx_dc``);
-``fabreg.transport`` maps them to ``UCX_TLS`` and says whether UCX offers them
+``fabreg.run.transport`` maps them to ``UCX_TLS`` and says whether UCX offers them
 here. The client runs at ``UCX_LOG_LEVEL=info``, so its output names the lanes
 UCX chose; the check fails unless they are the transport asked for. The
 client's ``Final:`` row gives p50 and average of latency (ping-pong tests) or
@@ -22,12 +22,12 @@ from reframe.core.backends import getlauncher
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import ReframeError, SanityError
 
-from fabreg import gpu
-from fabreg import transport as tx
 from fabreg.errors import FabregError
 from fabreg.metrics import perfvar_name
-from fabreg.parsers.transport_log import ucx_lanes
-from fabreg.parsers.ucx_perftest import UcxPerftestError, UcxPerftestResult, parse_ucx_perftest
+from fabreg.run import gpu
+from fabreg.run import transport as tx
+from fabreg.run.parsers.transport_log import ucx_lanes
+from fabreg.run.parsers.ucx_perftest import UcxPerftestError, UcxPerftestResult, parse_ucx_perftest
 from fabreg.testlib import client_server
 from fabreg.testlib.counters import FabricCounters
 from fabreg.testlib.mpi import node_counts

@@ -19,8 +19,8 @@ import reframe.core.runtime as rt
 from reframe.core.builtins import fixture, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import ReframeError, ReframeFatalError
 
-from fabreg import providers
 from fabreg.errors import FabregError
+from fabreg.run import providers
 from fabreg.testlib.counters import FabricCounters
 from fabreg.testlib.mpi import MpiCheck, max_nodes, unavailable_reason
 from fabreg.testlib.references import ReferenceKeys, ReferencesMixin

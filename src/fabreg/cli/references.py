@@ -6,10 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from fabreg import suggest
 from fabreg.errors import FabregError
-from fabreg.perflog import parse_time
-from fabreg.store import Store, add_db_argument, db_path
+from fabreg.review import suggest
+from fabreg.review.perflog import parse_time
+from fabreg.review.store import Store, add_db_argument, db_path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

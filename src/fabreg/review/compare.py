@@ -7,7 +7,7 @@ A selector picks runs:
 - ``START..END``: runs with ``START <= time < END`` (ISO 8601, either side may be empty);
 - ``latest``, ``latest~N``: the newest session, the one N before it;
 - anything else: a session id or a unique prefix of one (results-DB UUID, or a
-  derived ``run-...`` id, see :func:`fabreg.store.derive_sessions`).
+  derived ``run-...`` id, see :func:`fabreg.review.store.derive_sessions`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from fabreg.errors import FabregError
-from fabreg.metrics import lower_is_better
-from fabreg.perflog import Session, parse_time
-from fabreg.significance import welch_p
-from fabreg.store import SeriesData
+from fabreg.review.perflog import Session, parse_time
+from fabreg.review.significance import welch_p
+from fabreg.review.store import SeriesData
+from fabreg.schema import lower_is_better
 
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"

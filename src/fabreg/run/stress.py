@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fabreg import providers
 from fabreg.errors import FabregError
+from fabreg.run import providers
 
 STATE = "state.json"
 LOG = "latency.jsonl"

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from fabreg.schema import NOT_PARAMETERS
+
 #: Columns every fabreg perflog line starts with (reframe-config.py's format).
 FIXED_COLUMNS: tuple[str, ...] = (
     "job_completion_time", "reframe version", "name", "system", "partition", "environ",
@@ -30,15 +32,6 @@ FIXED_COLUMNS: tuple[str, ...] = (
 #: Columns without which a line cannot be placed in a series.
 REQUIRED_COLUMNS: tuple[str, ...] = ("job_completion_time", "name", "system", "partition",
                                      "environ")
-#: Logged check attributes that do not identify a series: they describe one run (the
-#: transport the MPI really used, the reference verdict...). Kept per run as attributes.
-NOT_PARAMETERS: frozenset[str] = frozenset({
-    "hashcode", "tags", "transport_used", "ref_status", "deviation", "ref_notes",
-    # perf variable -> its reference lookup key (JSON), read by `fabreg references suggest`.
-    "ref_keys",
-    # A new Spack build is an event in a series, not a new series (docs/spack.md).
-    "spack_spec", "spack_hash", "spack_lock",
-})
 #: The six columns ReFrame writes per performance variable, in order.
 PERFVAR_SUFFIXES: tuple[str, ...] = ("_value", "_unit", "_ref", "_lower_thres",
                                      "_upper_thres", "_result")

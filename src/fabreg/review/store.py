@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from fabreg.errors import FabregError
-from fabreg.perflog import Run, RunLink, Sample, Session
+from fabreg.review.perflog import Run, RunLink, Sample, Session
 
 DEFAULT_DB = os.path.join("perflogs", "fabreg.db")
 #: Seconds to wait for another process's write lock before giving up.

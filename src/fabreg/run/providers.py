@@ -44,10 +44,13 @@ class Provider:
         return f"{self.kind} ({self.location})"
 
 
+#: ``src/`` of the checkout: this module is ``src/fabreg/run/providers.py``.
+_SRC_DIR = Path(__file__).resolve().parents[2]
+
 def probes_source_dir() -> Path:
     """The bundled probes' sources (``src/probes`` next to this package, or $FABREG_PROBES_SRC)."""
     override = os.environ.get("FABREG_PROBES_SRC")
-    path = Path(override) if override else Path(__file__).resolve().parents[1] / "probes"
+    path = Path(override) if override else _SRC_DIR / "probes"
     if not (path / "Makefile").is_file():
         raise FabregError(
             f"bundled probes not found at {path} (no Makefile); install fabreg from a source "
@@ -87,7 +90,7 @@ def requested_provider(extras: dict[str, object]) -> str:
 
 def repository_root() -> Path:
     """The checkout holding spack.yaml and src/ (this package lives in its src/)."""
-    return Path(__file__).resolve().parents[2]
+    return _SRC_DIR.parent
 
 
 def spack_manifest() -> Path:

@@ -21,10 +21,9 @@ from typing import Any
 import yaml
 
 from fabreg.errors import FabregError
-from fabreg.metrics import lower_is_better
+from fabreg.schema import KEY_FIELDS, lower_is_better
 
 WILDCARD = "*"
-KEY_FIELDS = ("benchmark", "metric", "size", "mpi", "transport", "nodes")
 VALUE_FIELDS = ("value", "unit", "warn", "fail", "better")
 _DEFAULTS = {"warn": 0.2, "fail": 0.5}
 

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fabreg.errors import FabregError
-from fabreg.parsers import inventory as inv
-from fabreg.parsers.transport_log import (
+from fabreg.run.parsers import inventory as inv
+from fabreg.run.parsers.transport_log import (
     Mvapich2Report,
     evidence_hosts,
     mvapich2_report,

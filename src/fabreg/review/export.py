@@ -23,8 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fabreg.metrics import split_perfvar
-from fabreg.store import SeriesData
-from fabreg.trends import SeriesVerdict
+from fabreg.review.store import SeriesData
+from fabreg.review.trends import SeriesVerdict
 
 LABELS = ("test", "benchmark", "size", "nodes", "mpi", "transport", "environ", "system",
           "partition")

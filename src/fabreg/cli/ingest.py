@@ -6,11 +6,11 @@ import argparse
 import sys
 from datetime import datetime, timezone
 
-from fabreg import perflog
-from fabreg.compare import list_sessions
 from fabreg.errors import FabregError
-from fabreg.progress import Progress
-from fabreg.store import Store, add_db_argument, db_path
+from fabreg.review import perflog
+from fabreg.review.compare import list_sessions
+from fabreg.review.progress import Progress
+from fabreg.review.store import Store, add_db_argument, db_path
 
 MAX_PROBLEMS_SHOWN = 20
 

@@ -11,7 +11,7 @@ import glob
 import shutil
 import subprocess
 
-from fabreg.parsers.gpu_support import mpich_cuda_support, ompi_cuda_support, ucx_memory_types
+from fabreg.run.parsers.gpu_support import mpich_cuda_support, ompi_cuda_support, ucx_memory_types
 
 BUFFERS = ("host", "cuda")
 

@@ -1,6 +1,6 @@
 """Parse what a host's MPI and UCX installations offer (``ucx_info -d``, ``ompi_info``, hydra).
 
-Used by ``fabreg.transport`` to decide, per partition, which transports can run
+Used by ``fabreg.run.transport`` to decide, per partition, which transports can run
 and to name what is missing when one cannot.
 """
 

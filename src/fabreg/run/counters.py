@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fabreg.errors import FabregError
-from fabreg.parsers.ethtool import parse_ethtool_stats
+from fabreg.run.parsers.ethtool import parse_ethtool_stats
 
 SYSFS_INFINIBAND = Path("/sys/class/infiniband")
 SYSFS_NET = Path("/sys/class/net")

@@ -10,7 +10,7 @@ sample of runs:
   :func:`worse_side_spread` and :func:`tolerances`), never tighter than the floors
   given on the command line.
 
-The output is the reference file itself, loadable by :class:`fabreg.references.ReferenceTable`,
+The output is the reference file itself, loadable by :class:`fabreg.run.references.ReferenceTable`,
 with a comment per row saying how many runs it rests on and how they spread.
 """
 
@@ -26,9 +26,8 @@ from typing import Any, Union
 
 import yaml
 
-from fabreg.metrics import lower_is_better
-from fabreg.references import KEY_FIELDS
-from fabreg.store import RunValue
+from fabreg.review.store import RunValue
+from fabreg.schema import KEY_FIELDS, lower_is_better
 
 #: A reference key as a hashable value: (field, value) pairs in KEY_FIELDS order,
 #: fields without a value left out (they become wildcards in the row).
@@ -113,7 +112,7 @@ def key_of(raw: Any) -> Key | None:
             return None
         out.append((name, value))
     if not {"benchmark", "metric"} <= {name for name, _ in out}:
-        return None  # a row needs both (fabreg.references)
+        return None  # a row needs both (fabreg.run.references)
     return tuple(out)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from fabreg import compare
-from fabreg.store import Store, add_db_argument, db_path
+from fabreg.review import compare
+from fabreg.review.store import Store, add_db_argument, db_path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -18,18 +18,18 @@ from fabreg.errors import FabregError
 
 COMMAND_MODULES: tuple[str, ...] = (
     # review side (issue 5): perflogs -> store -> verdicts, reports, metrics
-    "fabreg.commands.ingest",
-    "fabreg.commands.trends",
-    "fabreg.commands.compare",
-    "fabreg.commands.report",
-    "fabreg.commands.export",
+    "fabreg.cli.ingest",
+    "fabreg.cli.trends",
+    "fabreg.cli.compare",
+    "fabreg.cli.report",
+    "fabreg.cli.export",
     # checks/references/<system>.yaml from stored runs
-    "fabreg.commands.references",
+    "fabreg.cli.references",
     # workloads (issue 6): fabric counters, bounded stress traffic
-    "fabreg.commands.counters",
-    "fabreg.commands.stress",
+    "fabreg.cli.counters",
+    "fabreg.cli.stress",
     # the emulated Slurm cluster (issue 4)
-    "fabreg.cluster.cli",
+    "fabreg.cli.cluster",
 )
 
 

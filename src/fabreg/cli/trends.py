@@ -7,11 +7,11 @@ import json
 import math
 from datetime import datetime, timezone
 
-from fabreg import trends
 from fabreg.errors import FabregError
-from fabreg.perflog import parse_time
-from fabreg.progress import Progress
-from fabreg.store import Store, add_db_argument, db_path
+from fabreg.review import trends
+from fabreg.review.perflog import parse_time
+from fabreg.review.progress import Progress
+from fabreg.review.store import Store, add_db_argument, db_path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

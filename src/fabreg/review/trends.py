@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fabreg.metrics import lower_is_better
-from fabreg.store import SeriesData
+from fabreg.review.store import SeriesData
+from fabreg.schema import lower_is_better
 
 ALPHA = 0.001
 MIN_RUN = 3

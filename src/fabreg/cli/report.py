@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fabreg import compare, trends
-from fabreg.progress import Progress
-from fabreg.store import Store, add_db_argument, db_path
+from fabreg.review import compare, trends
+from fabreg.review.progress import Progress
+from fabreg.review.store import Store, add_db_argument, db_path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fabreg import report  # matplotlib: import only when a report is wanted
+    from fabreg.review import report  # matplotlib: import only when a report is wanted
 
     with Store(db_path(args.db), create=False) as store:
         all_series = store.load()

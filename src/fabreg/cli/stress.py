@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from fabreg import stress
+from fabreg.run import stress
 
 
 def _state_dir(args: argparse.Namespace) -> Path:

@@ -26,10 +26,11 @@ import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fabreg import compare  # noqa: E402
-from fabreg.metrics import lower_is_better, split_perfvar  # noqa: E402
-from fabreg.store import SeriesData  # noqa: E402
-from fabreg.trends import REGRESSION, SeriesVerdict  # noqa: E402
+from fabreg.metrics import split_perfvar  # noqa: E402
+from fabreg.review import compare  # noqa: E402
+from fabreg.review.store import SeriesData  # noqa: E402
+from fabreg.review.trends import REGRESSION, SeriesVerdict  # noqa: E402
+from fabreg.schema import lower_is_better  # noqa: E402
 
 CSS = """
 body{font-family:sans-serif;margin:1.5em;max-width:1100px;color:#222}

@@ -1,6 +1,6 @@
 """Parse what MPI and UCX say about the transport they chose (the evidence for verification).
 
-Three sources, each switched on by ``fabreg.transport`` when it builds a launch:
+Three sources, each switched on by ``fabreg.run.transport`` when it builds a launch:
 
 - UCX at ``UCX_LOG_LEVEL=info`` prints one line per endpoint configuration with
   the lanes of each operation, e.g. (UCX 1.13)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fabreg.counters import SYSFS_INFINIBAND, SYSFS_NET, CounterReading, deltas, read_counters
 from fabreg.errors import FabregError
+from fabreg.run.counters import SYSFS_INFINIBAND, SYSFS_NET, CounterReading, deltas, read_counters
 
 
 def _read(args: argparse.Namespace) -> int:

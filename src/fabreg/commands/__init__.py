@@ -1,1 +1,0 @@
-"""CLI subcommands; each module registers its own parser (see fabreg.cli)."""
