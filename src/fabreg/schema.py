@@ -21,7 +21,18 @@ NOT_PARAMETERS: frozenset[str] = frozenset({
     "ref_keys",
     # A new Spack build is an event in a series, not a new series (docs/spack.md).
     "spack_spec", "spack_hash", "spack_lock",
+    # What one run's fabric counters moved by: different on every run.
+    "fabric_counters",
+    # How far one run could be trusted (docs/references.md): per-value verdicts, the CPU time
+    # other work took on the job's nodes, whether Slurm gave the nodes exclusively, the spread
+    # of the repeated measurements and the first value of a re-measured failure.
+    "verdicts", "interference", "exclusive", "spread", "confirmation",
 })
+
+#: What a judged value can be, worst news first where it matters to a reader:
+#: ``fail`` (confirmed), ``flaky`` (a failure that did not reproduce), ``inconclusive`` (the host
+#: interfered while it measured), ``missing`` (no reference yet), ``warn``, ``ok``.
+VERDICTS: tuple[str, ...] = ("fail", "flaky", "inconclusive", "missing", "warn", "ok")
 
 _LOWER_UNITS = {"us", "usec", "ms", "s", "ns", "%comm"}
 _HIGHER_UNITS = {"MB/s", "GB/s", "Gbit/s", "Mbit/s", "msg/s", "Mmsg/s", "Mpps", "GFLOP/s"}
