@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_reframe
 
+from fabreg.run import procfs
+
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 FABREG = [sys.executable, "-m", "fabreg.cli", "cluster"]
@@ -67,11 +69,7 @@ def _leftovers() -> list[str]:
 
 
 def _pid_alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
+    return procfs.alive(pid)
 
 
 def _require_machine() -> None:

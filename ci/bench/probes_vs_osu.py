@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fabreg.run import procfs
 from fabreg.run.parsers.osu import OsuResult, parse_osu, powers_of_two, table_problem
 from fabreg.run.providers import find_osu_binary, osu_prefix_problem
 
@@ -136,8 +137,8 @@ def run_benchmark(mpi: Mpi, prefix: list[str], binary: Path, options: list[str],
 
 def _cpu_times() -> tuple[int, int]:
     """(idle, total) jiffies of all CPUs since boot."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return fields[3] + fields[4], sum(fields[:8])
+    times = procfs.cpu_times()
+    return times.idle, times.total
 
 
 def host_busy(interval: float = 0.5) -> float:

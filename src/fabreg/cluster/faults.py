@@ -13,6 +13,7 @@ from fabreg.cluster import state as statefile
 from fabreg.cluster.layout import NODE_IFACE, Paths
 from fabreg.cluster.state import ClusterState
 from fabreg.errors import FabregError
+from fabreg.run import procfs
 
 
 def _running(paths: Paths, command: str) -> ClusterState:
@@ -84,7 +85,7 @@ def kill(paths: Paths, node: str) -> list[int]:
         processes.kill(daemon.pid, daemon.started)
         killed.append(daemon.pid)
     for pid in network.namespace_pids(st.layout.namespace(index)):
-        started = processes.start_time(pid)
+        started = procfs.start_time(pid)
         if started is not None and processes.kill(pid, started):
             killed.append(pid)
     if not killed:

@@ -14,6 +14,7 @@ from fabreg.cluster.layout import BRIDGE, Layout, Paths
 from fabreg.cluster.processes import Daemon
 from fabreg.cluster.state import ClusterState
 from fabreg.errors import FabregError
+from fabreg.run import procfs
 
 Say = Callable[[str], None]
 
@@ -294,7 +295,7 @@ def down(paths: Paths, say: Say = _say, purge: bool = False) -> list[str]:
 
     for ns in network.namespaces():
         for pid in network.namespace_pids(ns):
-            started = processes.start_time(pid)
+            started = procfs.start_time(pid)
             if started is not None and processes.terminate(pid, started, timeout=5):
                 say(f"stopped pid {pid} left in {ns} by a job")
         if network.remove_namespace(ns):
@@ -331,20 +332,14 @@ def _unrecorded_daemons(paths: Paths) -> list[tuple[int, int, str]]:
     """
     markers = (str(paths.slurm_conf), str(paths.munge_socket))
     found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        text = [a.decode(errors="replace") for a in argv]
-        if any(any(m in a for m in markers) for a in text):
-            name = Path(text[0]).name if text and text[0] else "process"
+    for pid in procfs.pids():
+        text = procfs.cmdline(pid) if pid != os.getpid() else None
+        if text and any(any(m in a for m in markers) for a in text):
+            name = Path(text[0]).name
             if name in ("munged", "slurmctld", "slurmd", "slurmstepd"):
-                started = processes.start_time(int(proc.name))
+                started = procfs.start_time(pid)
                 if started is not None:
-                    found.append((int(proc.name), started, name))
+                    found.append((pid, started, name))
     return found
 
 

@@ -14,18 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-
-def start_time(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot, or None if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses.
-    fields = stat[stat.rindex(")") + 2:].split()
-    if fields[0] == "Z":
-        return None
-    return int(fields[19])
+from fabreg.run.procfs import start_time
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fabreg.errors import FabregError
-from fabreg.run import providers
+from fabreg.run import procfs, providers
 
 STATE = "state.json"
 LOG = "latency.jsonl"
@@ -150,22 +150,12 @@ def latest_samples(path: Path) -> dict[str, StressSample]:
     return latest
 
 
-def _proc_start(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks, or None if it does not exist."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Field 2 (comm) may contain spaces: split after its closing parenthesis.
-    fields = stat[stat.rindex(")") + 2:].split()
-    return int(fields[19])
-
-
 def _is_ours(run: StressRun) -> bool:
     """Is the recorded leader still the process we started, and not a zombie?"""
-    if run.pid is None or _proc_start(run.pid) != run.pid_start:
+    stat = procfs.read_stat(run.pid) if run.pid is not None else None
+    if stat is None or stat.start != run.pid_start:
         return False
-    if _is_zombie(run.pid):
+    if stat.zombie:
         _reap(run.pid)
         return False
     return True
@@ -262,7 +252,7 @@ def _spawn(command: list[str], duration: float, out: Path, mpi: str) -> tuple[in
     with open(out, "w") as sink:
         proc = subprocess.Popen([*guard, *command], stdout=sink, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-    start_ticks = _proc_start(proc.pid)
+    start_ticks = procfs.start_time(proc.pid)
     if start_ticks is None:
         raise FabregError(f"stress launcher exited at once; see {out}")
     return proc.pid, start_ticks
@@ -333,7 +323,7 @@ def stop(state_dir: Path, wait: float = 10.0) -> str:
     assert run.pid is not None
     # MPI launchers may put proxies and ranks in process groups of their own:
     # note every descendant (with its start time) before signalling anything.
-    family = {p: _proc_start(p) for p in _descendants(run.pid)}
+    family = {p: procfs.start_time(p) for p in _descendants(run.pid)}
     os.killpg(run.pid, signal.SIGTERM)
     deadline = time.time() + wait
     while time.time() < deadline and (_group_alive(run.pid) or _alive(family)):
@@ -357,56 +347,29 @@ def _group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     # Zombies of our own children still count as group members: reap them.
-    return any(_proc_pgid(p) == pgid and not _is_zombie(p) for p in _pids())
+    stats = (procfs.read_stat(p) for p in procfs.pids())
+    return any(s is not None and s.pgid == pgid and not s.zombie for s in stats)
 
 
 def _alive(family: dict[int, int | None]) -> list[int]:
     """Members of ``family`` still running as the same processes (not reused PIDs)."""
     return [p for p, started in family.items()
-            if started is not None and _proc_start(p) == started and not _is_zombie(p)]
+            if started is not None and procfs.start_time(p) == started]
 
 
 def _descendants(root: int) -> list[int]:
     """Every process below ``root`` in the parent tree."""
     children: dict[int, list[int]] = {}
-    for pid in _pids():
-        parent = _proc_ppid(pid)
-        if parent is not None:
-            children.setdefault(parent, []).append(pid)
+    for pid in procfs.pids():
+        stat = procfs.read_stat(pid)
+        if stat is not None:
+            children.setdefault(stat.ppid, []).append(pid)
     out, todo = [], list(children.get(root, []))
     while todo:
         pid = todo.pop()
         out.append(pid)
         todo.extend(children.get(pid, []))
     return out
-
-
-def _proc_ppid(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2:].split()[1])
-
-
-def _pids() -> list[int]:
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
-
-
-def _proc_pgid(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2:].split()[2])
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat[stat.rindex(")") + 2:].split()[0] == "Z"
 
 
 def _reap(pid: int) -> None:
