@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from fabreg.run import client_server
 from fabreg.run.parsers.ucx_perftest import failure_reason, parse_ucx_perftest
-from fabreg.testlib import client_server
-from fabreg.testlib.workloads import free_port
+from fabreg.testlib.base import free_port
 
 needs_ucx = pytest.mark.skipif(not shutil.which("ucx_perftest"),
                                reason="ucx_perftest is not installed (ucx-utils)")

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from reframe.core.exceptions import ReframeError
 
-from fabreg.testlib.mpi import max_nodes, node_counts
+from fabreg.testlib.base import max_nodes, node_counts
 
 
 def _part(max_nodes=None, name="sys:part"):

@@ -81,8 +81,8 @@ static void multiply(const double *a, const double *b, double *c, int rows, int 
  * them at once); returns the number of identities that failed. */
 static int verify(const double *a, const double *b, const double *c, int n)
 {
-    double *x = malloc(sizeof(double) * n), *y = malloc(sizeof(double) * n);
-    double *l = malloc(sizeof(double) * n), *r = malloc(sizeof(double) * n);
+    double *x = workload_alloc(n, sizeof(double)), *y = workload_alloc(n, sizeof(double));
+    double *l = workload_alloc(n, sizeof(double)), *r = workload_alloc(n, sizeof(double));
     int bad = 0, pass, i, j;
     for (pass = 0; pass < 2; pass++) {
         for (j = 0; j < n; j++) x[j] = pass ? (double)(j + 1) : 1.0;
@@ -133,20 +133,20 @@ int main(int argc, char **argv)
         workload_refuse(&run, "size must be between 1 and 8192");
     if (n < nranks)
         workload_refuse(&run, "size %d is smaller than the %d ranks", n, nranks);
-    counts = malloc(sizeof(int) * nranks);
-    displs = malloc(sizeof(int) * nranks);
+    counts = workload_alloc(nranks, sizeof(int));
+    displs = workload_alloc(nranks, sizeof(int));
     for (r = 0, first = 0; r < nranks; r++) {
         int rr = n / nranks + (r < n % nranks);
         counts[r] = rr * n; displs[r] = first * n; first += rr;
     }
     rows = counts[rank] / n;
-    b = malloc(sizeof(double) * n * n);
-    my_a = malloc(sizeof(double) * (counts[rank] > 0 ? counts[rank] : 1));
-    my_c = malloc(sizeof(double) * (counts[rank] > 0 ? counts[rank] : 1));
+    b = workload_alloc(n * n, sizeof(double));
+    my_a = workload_alloc(counts[rank] > 0 ? counts[rank] : 1, sizeof(double));
+    my_c = workload_alloc(counts[rank] > 0 ? counts[rank] : 1, sizeof(double));
     if (rank == 0) {
         long i, j;
-        a = malloc(sizeof(double) * n * n);
-        c = malloc(sizeof(double) * n * n);
+        a = workload_alloc(n * n, sizeof(double));
+        c = workload_alloc(n * n, sizeof(double));
         for (i = 0; i < n; i++)
             for (j = 0; j < n; j++) {
                 a[i * n + j] = a_value(i, j);
@@ -175,8 +175,8 @@ int main(int argc, char **argv)
         MPI_Status st[2], *stats;
         int nreq = 0, k;
         int chunk_rows = (rows + CHUNKS - 1) / CHUNKS;
-        req = malloc(sizeof(*req) * (nranks * CHUNKS + CHUNKS));
-        stats = malloc(sizeof(*stats) * (nranks * CHUNKS + CHUNKS));
+        req = workload_alloc(nranks * CHUNKS + CHUNKS, sizeof(*req));
+        stats = workload_alloc(nranks * CHUNKS + CHUNKS, sizeof(*stats));
         MPI_Ibcast(b, n * n, MPI_DOUBLE, 0, MPI_COMM_WORLD, &dist[0]);
         MPI_Iscatterv(a, counts, displs, MPI_DOUBLE, my_a, counts[rank], MPI_DOUBLE, 0,
                       MPI_COMM_WORLD, &dist[1]);

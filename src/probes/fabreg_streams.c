@@ -120,14 +120,14 @@ static int build_streams(const struct options *o, int nranks, int *tx, int *rx)
 static void transmit(const struct options *o, int stream, int dest, struct figures *f)
 {
     int w = o->window, k;
-    unsigned char **buf = malloc(sizeof(*buf) * w);
-    MPI_Request *req = malloc(sizeof(*req) * w);
-    MPI_Status *stat = malloc(sizeof(*stat) * w);
+    unsigned char **buf = workload_alloc(w, sizeof(*buf));
+    MPI_Request *req = workload_alloc(w, sizeof(*req));
+    MPI_Status *stat = workload_alloc(w, sizeof(*stat));
     long seq = 0, sent = 0;
     uint64_t total;
     for (k = 0; k < w; k++) {
         long i;
-        buf[k] = malloc(o->size);
+        buf[k] = workload_alloc(1, o->size);
         for (i = 0; i < o->size; i++)
             buf[k][i] = (unsigned char)((i * 131 + k * 17 + stream * 7) & 0xff);
     }
@@ -191,11 +191,11 @@ static void account(const struct options *o, struct rx_stream *s, const unsigned
 static void receive(const struct options *o, struct rx_stream *st, int nst, double t0)
 {
     int w = o->window, nreq = nst * w, i, active = nst;
-    unsigned char **buf = malloc(sizeof(*buf) * nreq);
-    MPI_Request *req = malloc(sizeof(*req) * nreq);
+    unsigned char **buf = workload_alloc(nreq, sizeof(*buf));
+    MPI_Request *req = workload_alloc(nreq, sizeof(*req));
     double idle_since = MPI_Wtime();
     for (i = 0; i < nreq; i++) {
-        buf[i] = malloc(o->size);
+        buf[i] = workload_alloc(1, o->size);
         MPI_Irecv(buf[i], (int)o->size, MPI_BYTE, st[i / w].src, MPI_ANY_TAG, MPI_COMM_WORLD,
                   &req[i]);
     }
@@ -269,17 +269,17 @@ int main(int argc, char **argv)
         workload_refuse(&run, "size must be at least %d bytes (the header)", HEADER_BYTES);
     if (o.window < 1 || o.count < 1 || o.fanin < 1 || o.timeout <= 0)
         workload_refuse(&run, "window, count, fanin and timeout must be positive");
-    tx = malloc(sizeof(int) * nranks);
-    rx = malloc(sizeof(int) * nranks);
+    tx = workload_alloc(nranks, sizeof(int));
+    rx = workload_alloc(nranks, sizeof(int));
     nst = build_streams(&o, nranks, tx, rx);
     if (nst == 0)
         workload_refuse(&run, "placement %s needs at least %d ranks, got %d",
                         placements[o.placement], o.placement == FANIN ? o.fanin + 1 : 2, nranks);
-    fig = calloc(nst, sizeof(*fig));
-    all = calloc(nst, sizeof(*all));
+    fig = workload_alloc(nst, sizeof(*fig));
+    all = workload_alloc(nst, sizeof(*all));
     memset(name, 0, sizeof(name));
     MPI_Get_processor_name(name, &namelen);
-    if (rank == 0) names = calloc(nranks, MPI_MAX_PROCESSOR_NAME);
+    if (rank == 0) names = workload_alloc(nranks, MPI_MAX_PROCESSOR_NAME);
     MPI_Gather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names, MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
                0, MPI_COMM_WORLD);
 
@@ -290,12 +290,12 @@ int main(int argc, char **argv)
     for (i = 0; i < nst; i++)
         if (rx[i] == rank) mine++;
     if (mine) {
-        struct rx_stream *st = calloc(mine, sizeof(*st));
+        struct rx_stream *st = workload_alloc(mine, sizeof(*st));
         int j = 0;
         for (i = 0; i < nst; i++)
             if (rx[i] == rank) {
                 st[j].id = i; st[j].src = tx[i];
-                st[j].seen = calloc(o.count, 1); st[j].f = &fig[i];
+                st[j].seen = workload_alloc(o.count, 1); st[j].f = &fig[i];
                 j++;
             }
         receive(&o, st, mine, t0);

@@ -118,10 +118,10 @@ int main(int argc, char **argv)
     }
     /* allreduce: size bytes of doubles; alltoall: size bytes split over the peers. */
     count = o.size / 8;
-    sbuf = malloc(o.size);
-    rbuf = malloc(o.size);
+    sbuf = workload_alloc(1, o.size);
+    rbuf = workload_alloc(1, o.size);
     memset(sbuf, 1, o.size);
-    for (k = 0; k < MAX_OPS; k++) samples[k] = malloc(sizeof(double) * MAX_SAMPLES);
+    for (k = 0; k < MAX_OPS; k++) samples[k] = workload_alloc(MAX_SAMPLES, sizeof(double));
 
     MPI_Barrier(MPI_COMM_WORLD);
     start = window_start = MPI_Wtime();

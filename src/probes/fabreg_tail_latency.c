@@ -112,9 +112,10 @@ static void exchange(const struct options *o, char *sbuf, char *rbuf, int partne
  * reached it (before the first round when switched on). */
 static long background(const struct options *o, int me, int partner, int leader)
 {
-    char *sbuf = malloc(o->bg_size * o->bg_window), *rbuf = malloc(o->bg_size * o->bg_window);
-    MPI_Request *req = malloc(sizeof(*req) * 2 * o->bg_window);
-    MPI_Status *stat = malloc(sizeof(*stat) * 2 * o->bg_window);
+    char *sbuf = workload_alloc(o->bg_window, o->bg_size);
+    char *rbuf = workload_alloc(o->bg_window, o->bg_size);
+    MPI_Request *req = workload_alloc(2 * o->bg_window, sizeof(*req));
+    MPI_Status *stat = workload_alloc(2 * o->bg_window, sizeof(*stat));
     MPI_Request phase_req = MPI_REQUEST_NULL, ctrl_req;
     int state = OFF, msg = OFF, ack = 1;
     long rounds = 0;
@@ -244,10 +245,10 @@ int main(int argc, char **argv)
         /* allreduce: size bytes of doubles; alltoall: size bytes to every peer. */
         buf.count = o.alltoall ? o.size : (o.size + 7) / 8;
         bytes = o.alltoall ? (size_t)o.size * n : (size_t)buf.count * 8;
-        buf.s = malloc(bytes); buf.r = malloc(bytes);
+        buf.s = workload_alloc(1, bytes); buf.r = workload_alloc(1, bytes);
         memset(buf.s, 1, bytes);
-        quiet = malloc(sizeof(double) * per_block * o.blocks);
-        loaded = malloc(sizeof(double) * per_block * o.blocks);
+        quiet = workload_alloc(per_block * o.blocks, sizeof(double));
+        loaded = workload_alloc(per_block * o.blocks, sizeof(double));
         for (i = 0; i < o.warmup; i++) one_iteration(&o, comm, &buf);
         for (b = 0; b < o.blocks * phases; b++) {
             int on = phases == 2 && b % 2 == 1;
@@ -259,8 +260,8 @@ int main(int argc, char **argv)
         }
         if (rank == 0 && o.bg_pairs > 0) set_background(&o, STOP, measured);
         if (rank == 0) {
-            quiet_max = malloc(sizeof(double) * nq);
-            loaded_max = malloc(sizeof(double) * (nl > 0 ? nl : 1));
+            quiet_max = workload_alloc(nq, sizeof(double));
+            loaded_max = workload_alloc(nl > 0 ? nl : 1, sizeof(double));
         }
         MPI_Reduce(quiet, quiet_max, nq, MPI_DOUBLE, MPI_MAX, 0, comm);
         if (nl > 0) MPI_Reduce(loaded, loaded_max, nl, MPI_DOUBLE, MPI_MAX, 0, comm);

@@ -14,6 +14,25 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The OSU release whose text layout the probes reproduce (header lines). */
+#ifndef PROBE_OSU_VERSION
+#define PROBE_OSU_VERSION "7.2"
+#endif
+
+/* OSU method constants (same values as OSU 7.x). */
+#define PROBE_LARGE_MESSAGE     8192      /* sizes above this use the "large" counts */
+#define PROBE_WINDOW_DEFAULT    64        /* messages in flight for osu_bw/osu_bibw  */
+#define PROBE_MAX_SIZE_PT2PT    (1 << 22) /* default -m MAX for point-to-point       */
+#define PROBE_MAX_SIZE_COLL     (1 << 20) /* default -m MAX for collectives          */
+#define PROBE_SIZE_LIMIT        (1 << 30) /* largest -m MAX the probes accept        */
+#define PROBE_WINDOW_LIMIT      65536     /* largest -W the probes accept            */
+
+/* Output layout: size column, value columns, iterations column. */
+#define PROBE_SIZE_WIDTH        10
+#define PROBE_FIELD_WIDTH       18
+#define PROBE_ITER_WIDTH        12
+#define PROBE_PRECISION         2
+
 enum parse_result { PARSE_RUN, PARSE_HELP, PARSE_VERSION, PARSE_ERROR };
 
 /* Only rank 0 talks, so that a bad option gives one line, not one per rank. */
@@ -501,7 +520,7 @@ int probe_check(const void *buf, size_t len, int from, int to, int iter)
     return wrong;
 }
 
-int probe_run_pt2pt(const struct probe_run *run, const struct probe_pt2pt *pt2pt)
+static int probe_run_pt2pt(const struct probe_run *run, const struct probe_pt2pt *pt2pt)
 {
     const size_t max = run->opt.max_size;
     const size_t window = (size_t)run->opt.window;
@@ -581,7 +600,8 @@ int probe_check_reduction(const struct probe_run *run, const struct probe_coll_b
     return wrong;
 }
 
-int probe_run_collective(const struct probe_run *run, const struct probe_collective *coll)
+static int probe_run_collective(const struct probe_run *run,
+                                const struct probe_collective *coll)
 {
     const size_t max = run->opt.max_size;
     const size_t blocks = (size_t)run->nranks;

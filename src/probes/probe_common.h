@@ -19,25 +19,6 @@
 
 #include <mpi.h>
 
-/* The OSU release whose text layout the probes reproduce (header lines). */
-#ifndef PROBE_OSU_VERSION
-#define PROBE_OSU_VERSION "7.2"
-#endif
-
-/* OSU method constants (same values as OSU 7.x). */
-#define PROBE_LARGE_MESSAGE     8192      /* sizes above this use the "large" counts */
-#define PROBE_WINDOW_DEFAULT    64        /* messages in flight for osu_bw/osu_bibw  */
-#define PROBE_MAX_SIZE_PT2PT    (1 << 22) /* default -m MAX for point-to-point       */
-#define PROBE_MAX_SIZE_COLL     (1 << 20) /* default -m MAX for collectives          */
-#define PROBE_SIZE_LIMIT        (1 << 30) /* largest -m MAX the probes accept        */
-#define PROBE_WINDOW_LIMIT      65536     /* largest -W the probes accept            */
-
-/* Output layout: size column, value columns, iterations column. */
-#define PROBE_SIZE_WIDTH        10
-#define PROBE_FIELD_WIDTH       18
-#define PROBE_ITER_WIDTH        12
-#define PROBE_PRECISION         2
-
 enum probe_family {
     PROBE_LATENCY,    /* osu_latency: exactly two ranks, "Latency (us)"      */
     PROBE_BANDWIDTH,  /* osu_bw, osu_bibw: two ranks, -W, "Bandwidth (MB/s)" */
@@ -117,8 +98,6 @@ struct probe_pt2pt {
                        size_t size, int iterations, int skip, int *errors);
 };
 
-/* Run the OSU point-to-point method over all sizes; returns the exit status. */
-int probe_run_pt2pt(const struct probe_run *run, const struct probe_pt2pt *pt2pt);
 
 /* The whole program of a point-to-point probe: start, run, finish. */
 void probe_pt2pt_main(const struct probe_pt2pt *pt2pt, int argc, char **argv)
@@ -150,9 +129,6 @@ struct probe_collective {
                             of after it (the other collectives)               */
 };
 
-/* Run the OSU collective method over all sizes; returns the exit status. */
-int probe_run_collective(const struct probe_run *run,
-                         const struct probe_collective *coll);
 
 /* The whole program of a blocking collective probe: start, run, finish. */
 void probe_collective_main(const struct probe_collective *coll, int argc, char **argv)

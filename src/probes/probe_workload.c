@@ -10,10 +10,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The probe running in this process (set by workload_start), named in errors. */
+static const struct workload_run *current;
+
 static void out_of_memory(const struct workload_run *run)
 {
     fprintf(stderr, "%s: out of memory on rank %d\n", run->probe->name, run->rank);
     MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+void *workload_alloc(size_t count, size_t size)
+{
+    void *mem = calloc(count ? count : 1, size ? size : 1);
+
+    if (mem == NULL) {
+        fprintf(stderr, "%s: error: cannot allocate %zu x %zu bytes on rank %d\n",
+                current ? current->probe->name : "fabreg probe", count, size,
+                current ? current->rank : -1);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return mem;
 }
 
 static const struct workload_option *find_option(const struct workload_probe *probe,
@@ -78,6 +95,7 @@ void workload_start(struct workload_run *run, const struct workload_probe *probe
     run->probe = probe;
     MPI_Comm_rank(MPI_COMM_WORLD, &run->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &run->nranks);
+    current = run;
 
     /* The getopt_long tables, from the probe's option table. */
     for (opt = probe->options; opt->name != NULL; opt++) {

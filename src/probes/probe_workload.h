@@ -74,4 +74,10 @@ void workload_start(struct workload_run *run, const struct workload_probe *probe
 void workload_refuse(const struct workload_run *run, const char *fmt, ...)
     __attribute__((format(printf, 2, 3), noreturn));
 
+/*
+ * Zeroed memory for count elements of size bytes, or MPI_Abort with a line naming
+ * the probe, the rank and the bytes asked for: a probe never runs on with NULL.
+ */
+void *workload_alloc(size_t count, size_t size);
+
 #endif /* PROBE_WORKLOAD_H */

@@ -19,7 +19,6 @@ from fabreg.run import procfs
 Say = Callable[[str], None]
 
 IDLE_TIMEOUT = 90.0
-MUNGE_KEY = Path("/etc/munge/munge.key")
 
 
 def _say(message: str) -> None:

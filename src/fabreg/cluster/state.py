@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from fabreg.cluster.layout import Layout, Paths
 from fabreg.cluster.processes import Daemon
@@ -69,9 +68,3 @@ def save(paths: Paths, state: ClusterState) -> None:
 def remove(paths: Paths) -> None:
     for path in (paths.state_file, paths.state_file.with_suffix(".tmp")):
         path.unlink(missing_ok=True)
-
-
-def read_node_count(root: Path) -> int | None:
-    """Node count of the cluster recorded under ``root`` (for the ReFrame configuration)."""
-    state = load(Paths(root))
-    return state.layout.nodes if state else None

@@ -75,10 +75,6 @@ class CounterDeltas:
     deltas: dict[str, int] = field(default_factory=dict)
     unavailable: list[str] = field(default_factory=list)
 
-    @property
-    def available(self) -> bool:
-        return bool(self.deltas)
-
     def nonzero(self) -> dict[str, int]:
         return {k: v for k, v in self.deltas.items() if v}
 

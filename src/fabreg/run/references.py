@@ -39,10 +39,6 @@ class Reference:
     lower_is_better: bool
     source: str
 
-    def limit(self, band: float) -> float:
-        """The value at which a result crosses ``band`` (a fraction, worse direction)."""
-        return self.value * (1 + band) if self.lower_is_better else self.value * (1 - band)
-
     def deviation(self, measured: float) -> float:
         """Signed relative deviation from the reference; positive is always better."""
         rel = (measured - self.value) / self.value

@@ -21,20 +21,17 @@ at setup with the reason from ``fabreg.run.transport.availability_problem``.
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 from typing import Any
 
-import reframe as rfm
 import reframe.core.runtime as rt
 import reframe.utility.typecheck as typ
 from reframe.core.builtins import parameter, run_after, run_before, variable
-from reframe.core.exceptions import ReframeError, ReframeFatalError, SanityError
+from reframe.core.exceptions import SanityError
 from reframe.core.launchers import JobLauncher
 from reframe.core.logging import getlogger
 
-from fabreg.errors import FabregError
 from fabreg.run import transport as tx
-from fabreg.testlib.jobs import SchedulerEndingMixin
+from fabreg.testlib.base import FabregCheck, max_nodes, node_counts, partitions, reframe_errors
 
 _warned: set[str] = set()
 
@@ -80,35 +77,6 @@ def warn_unavailable_environments(valid_prog_environs: list[str]) -> None:
                 getlogger().warning(f"environment {env.name!r} will be skipped: {reason}")
 
 
-def _partitions() -> list[Any]:
-    """The current system's partitions; empty outside a ReFrame session (unit tests)."""
-    try:
-        return list(rt.runtime().system.partitions)
-    except ReframeFatalError:  # "no runtime context is configured"
-        return []
-
-
-def max_nodes(partition: Any) -> int:
-    """How many nodes a partition offers to one job (``extras['max_nodes']``, default 1)."""
-    value = partition.extras.get("max_nodes", 1)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ReframeError(f"partition {partition.fullname}: extras['max_nodes'] must be a "
-                           f"positive integer, got {value!r}")
-    return value
-
-
-def node_counts(partitions: list[Any] | None = None) -> list[int]:
-    """1, 2, 4, ... up to the largest ``max_nodes`` of the partitions, plus that maximum.
-
-    Outside a ReFrame session (no configuration loaded) this is ``[1, 2]``.
-    """
-    parts = _partitions() if partitions is None else partitions
-    top = max((max_nodes(p) for p in parts), default=2)
-    counts = [1]
-    while counts[-1] * 2 <= top:
-        counts.append(counts[-1] * 2)
-    return counts + ([top] if counts[-1] != top else [])
-
 
 class ArgvLauncher(JobLauncher):
     """A launcher given as an argv template by the environment."""
@@ -124,10 +92,9 @@ class ArgvLauncher(JobLauncher):
         return [arg.format(**fields) for arg in self._argv]
 
 
-class MpiCheck(rfm.RunOnlyRegressionTest, SchedulerEndingMixin):
+class MpiCheck(FabregCheck):
     """Base of every check that launches MPI ranks."""
 
-    valid_systems = ["*"]
     valid_prog_environs = ["+mpi"]
 
     #: MPI implementation, from the environment (perflog column).
@@ -169,7 +136,7 @@ class MpiCheck(rfm.RunOnlyRegressionTest, SchedulerEndingMixin):
         if (scope == tx.INTRA_NODE) != (self.nodes == 1):
             self.valid_systems = []
             return
-        if not _partitions():
+        if not partitions():
             return
         allowed = rt.valid_sysenv_comb(self.valid_systems, self.valid_prog_environs)
         parts = [p for p in allowed if max_nodes(p) >= self.nodes]
@@ -196,21 +163,17 @@ class MpiCheck(rfm.RunOnlyRegressionTest, SchedulerEndingMixin):
     def launch_spec(self) -> tx.LaunchSpec:
         """How this run selects its transport (``fabreg.run.transport``), or a skip with why."""
         part, env = self.current_partition, self.current_environ
-        try:
+        with reframe_errors():
             net = tx.NetConfig.from_extras(part.extras, f"partition {part.fullname}")
-        except FabregError as err:
-            raise ReframeError(str(err)) from None
         inventory = tx.detect(self.mpi, env.extras.get("launcher"),
                               declared=part.extras.get("transports"))
         problem = tx.availability_problem(self.mpi, self.transport, inventory, net)
         self.skip_if(bool(problem), f"{self.transport} is unavailable for {self.mpi} on "
                                     f"{part.fullname}: {problem}")
         nodes, rpn = self.placement()
-        try:
+        with reframe_errors():
             return tx.launch_spec(self.mpi, self.transport, nodes=nodes, ranks_per_node=rpn,
                                   net=net, inventory=inventory, verify=self.verify_transport)
-        except FabregError as err:
-            raise ReframeError(str(err)) from None
 
     def launcher_style(self) -> str:
         argv = self.current_environ.extras.get("launcher") or [
@@ -235,9 +198,7 @@ class MpiCheck(rfm.RunOnlyRegressionTest, SchedulerEndingMixin):
         if not self.verify_transport:
             self.transport_used = "unverified"
             return
-        output = "".join(Path(self.stagedir, str(f.evaluate())).read_text(errors="replace")
-                         for f in (self.stdout, self.stderr))
-        result = tx.verify(self.launch_spec(), output)
+        result = tx.verify(self.launch_spec(), self.job_output())
         self.transport_used = result.used or "none"
         if not result.ok:
             raise SanityError(f"transport verification failed: {result.problem}")

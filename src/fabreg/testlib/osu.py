@@ -25,12 +25,12 @@ from reframe.core.builtins import (
 )
 from reframe.core.exceptions import ReframeError, SanityError
 
-from fabreg.errors import FabregError
 from fabreg.metrics import perfvar_name
 from fabreg.run import busbw, providers
 from fabreg.run.parsers.osu import OsuResult, parse_osu, powers_of_two, table_problem
+from fabreg.testlib.base import reframe_errors
 from fabreg.testlib.mpi import MpiCheck, mpi_name, unavailable_reason
-from fabreg.testlib.references import ReferenceKeys, ReferencesMixin
+from fabreg.testlib.references import ReferenceKeys
 from fabreg.testlib.spack import SpackStack, choose_spec
 
 #: Spack packages that provide the OSU binaries, in order of preference.
@@ -73,10 +73,8 @@ class OsuBinaries(rfm.CompileOnlyRegressionTest):
     def choose_provider(self) -> None:
         self.skip_if(bool(reason := unavailable_reason(self.current_environ)), reason or "")
         extras = self.current_environ.extras
-        try:
+        with reframe_errors():
             requested = providers.requested_provider(extras)
-        except FabregError as err:
-            raise ReframeError(str(err)) from None
         if requested == providers.SPACK and self.spack_stack.active:
             self.use_spack()
             return
@@ -93,10 +91,8 @@ class OsuBinaries(rfm.CompileOnlyRegressionTest):
             self.build_system = "CustomBuild"
             self.build_system.commands = [f'echo "using OSU Micro-Benchmarks from {prefix}"']
             return
-        try:
+        with reframe_errors():
             self.sourcesdir = str(providers.probes_source_dir())
-        except FabregError as err:
-            raise ReframeError(str(err)) from None
         self.provider, self.location = providers.PROBES, self.stagedir
         self.build_system.max_concurrency = 1
 
@@ -139,7 +135,7 @@ class OsuBinaries(rfm.CompileOnlyRegressionTest):
         return str(path) if path.is_file() else None
 
 
-class OsuCheck(MpiCheck, ReferencesMixin):
+class OsuCheck(MpiCheck):
     """One OSU benchmark: its full size curve, sanity on every row, figures at chosen sizes."""
 
     #: OSU binary name, e.g. ``osu_latency``.
@@ -210,7 +206,7 @@ class OsuCheck(MpiCheck, ReferencesMixin):
         }
 
     def parsed(self) -> OsuResult:
-        return parse_osu(Path(self.stagedir, str(self.stdout.evaluate())).read_text())
+        return parse_osu(self.output_text())
 
     @run_before("sanity")
     def keep_curve(self) -> None:

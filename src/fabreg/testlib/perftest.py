@@ -12,11 +12,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import reframe as rfm
 import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
-from reframe.core.backends import getlauncher
-from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
+from reframe.core.builtins import run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
 
 from fabreg.metrics import perfvar_name
@@ -27,11 +25,8 @@ from fabreg.run.parsers.perftest import (
     no_device_reason,
     parse_perftest,
 )
-from fabreg.testlib import client_server
-from fabreg.testlib.counters import FabricCounters
-from fabreg.testlib.mpi import node_counts
-from fabreg.testlib.references import ReferenceKeys, ReferencesMixin
-from fabreg.testlib.workloads import free_port, restrict_to_nodes
+from fabreg.testlib.client_server import ClientServerCheck
+from fabreg.testlib.references import ReferenceKeys
 
 KB, MB = 1 << 10, 1 << 20
 #: ``-a`` runs every power of two from 2 B to 8 MiB.
@@ -46,13 +41,11 @@ def no_rdma_device_reason(ib_root: Path = SYSFS_INFINIBAND) -> str | None:
             "(perftest needs an InfiniBand/RoCE device and its driver)")
 
 
-class PerftestCheck(FabricCounters, ReferencesMixin, rfm.RunOnlyRegressionTest):
+class PerftestCheck(ClientServerCheck):
     """One perftest benchmark over the full size sweep."""
 
     #: perftest program, e.g. ``ib_write_bw`` (perflog column).
     benchmark = variable(str, loggable=True)
-    #: Server and client on one node (RDMA loopback) or on two nodes.
-    nodes = parameter([n for n in node_counts() if n <= 2])
     #: Sizes that become performance variables.
     perf_sizes = variable(list, value=[], loggable=False)
     iterations = variable(int, value=1000, loggable=True)
@@ -60,10 +53,7 @@ class PerftestCheck(FabricCounters, ReferencesMixin, rfm.RunOnlyRegressionTest):
     #: perftest itself say so at run time).
     detect_devices = variable(typ.Bool, value=True, loggable=False)
 
-    valid_systems = ["*"]
-    valid_prog_environs = ["builtin"]
     time_limit = "10m"
-    executable = f"bash {client_server.SCRIPT}"
 
     # Subclasses define the parameter ``completion`` (``polling``/``event``), and
     # bandwidth tests ``qps`` and ``post_list``.
@@ -71,14 +61,6 @@ class PerftestCheck(FabricCounters, ReferencesMixin, rfm.RunOnlyRegressionTest):
     @property
     def is_bandwidth(self) -> bool:
         return self.benchmark.endswith("_bw")
-
-    @run_after("init")
-    def set_tasks(self) -> None:
-        restrict_to_nodes(self, self.nodes)
-        self.num_tasks, self.num_tasks_per_node = self.nodes, 1
-
-    def is_local(self) -> bool:
-        return self.current_partition.scheduler.registered_name == "local"
 
     @run_after("setup")
     def skip_without_device(self) -> None:
@@ -111,19 +93,16 @@ class PerftestCheck(FabricCounters, ReferencesMixin, rfm.RunOnlyRegressionTest):
 
     @run_before("run")
     def write_script(self) -> None:
-        port = str(free_port())
-        server = [self.benchmark, *self.options(), "-p", port]
-        text = client_server.script(server, [*server, "{server_host}"], nodes=self.nodes)
-        Path(self.stagedir, client_server.SCRIPT).write_text(text)
-        self.job.launcher = getlauncher("local")()
-        self.keep_files = [*self.keep_files, client_server.SERVER_OUT, TABLE]
+        server = [self.benchmark, *self.options(), "-p", self.port()]
+        self.run_client_and_server(server, [*server, "{server_host}"])
+        self.keep_files = [*self.keep_files, TABLE]
 
     def table(self) -> PerftestTable:
-        return parse_perftest(Path(self.stagedir, str(self.stdout.evaluate())).read_text())
+        return parse_perftest(self.output_text())
 
     @sanity_function
     def full_sweep(self) -> bool:
-        text = Path(self.stagedir, str(self.stdout.evaluate())).read_text()
+        text = self.output_text()
         if reason := no_device_reason(text):
             self.skip(reason)
         if reason := failure_reason(text):

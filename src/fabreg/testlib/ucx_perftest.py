@@ -14,38 +14,29 @@ own error otherwise.
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
-import reframe as rfm
 import reframe.utility.sanity as sn
-from reframe.core.backends import getlauncher
-from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
-from reframe.core.exceptions import ReframeError, SanityError
+from reframe.core.builtins import run_after, run_before, sanity_function, variable
+from reframe.core.exceptions import SanityError
 
-from fabreg.errors import FabregError
 from fabreg.metrics import perfvar_name
 from fabreg.run import gpu
 from fabreg.run import transport as tx
 from fabreg.run.parsers.transport_log import ucx_lanes
 from fabreg.run.parsers.ucx_perftest import UcxPerftestError, UcxPerftestResult, parse_ucx_perftest
-from fabreg.testlib import client_server
-from fabreg.testlib.counters import FabricCounters
-from fabreg.testlib.mpi import node_counts
-from fabreg.testlib.references import ReferenceKeys, ReferencesMixin
-from fabreg.testlib.workloads import free_port, restrict_to_nodes
+from fabreg.testlib.base import reframe_errors
+from fabreg.testlib.client_server import ClientServerCheck
+from fabreg.testlib.references import ReferenceKeys
 
 #: fabreg transports UCX can carry (everything but Open MPI's own tcp_ob1).
 UCX_TRANSPORTS = [t for t in tx.TRANSPORTS if t != "tcp_ob1"]
 
 
-class UcxPerftestCheck(FabricCounters, ReferencesMixin, rfm.RunOnlyRegressionTest):
+class UcxPerftestCheck(ClientServerCheck):
     """One ucx_perftest test over one transport, host or device memory."""
 
     # Subclasses define the parameters ``ucx_test`` (``-t``), ``transport`` and
     # ``buffer`` (``host``/``cuda``, ``-m``).
-
-    #: Server and client on one node (loopback / shared memory) or on two nodes.
-    nodes = parameter([n for n in node_counts() if n <= 2])
 
     message_size = variable(int, loggable=True)
     iterations = variable(int, value=2000, loggable=True)
@@ -56,22 +47,12 @@ class UcxPerftestCheck(FabricCounters, ReferencesMixin, rfm.RunOnlyRegressionTes
     ucx_tls = variable(str, value="", loggable=True)
     transport_used = variable(str, value="", loggable=True)
 
-    valid_systems = ["*"]
-    valid_prog_environs = ["builtin"]
     time_limit = "5m"
-    executable = f"bash {client_server.SCRIPT}"
 
     @run_after("init")
-    def place(self) -> None:
-        """One task per node; shared memory exists only within one node."""
+    def no_shared_memory_across_nodes(self) -> None:
         if self.transport == "shm" and self.nodes > 1:
-            self.valid_systems = []
-            return
-        restrict_to_nodes(self, self.nodes)
-        self.num_tasks, self.num_tasks_per_node = self.nodes, 1
-
-    def is_local(self) -> bool:
-        return self.current_partition.scheduler.registered_name == "local"
+            self.impossible()
 
     @run_after("setup")
     def skip_what_cannot_run(self) -> None:
@@ -80,10 +61,8 @@ class UcxPerftestCheck(FabricCounters, ReferencesMixin, rfm.RunOnlyRegressionTes
         reason = gpu.device_buffer_problem(self.buffer)
         self.skip_if(bool(reason), reason or "")
         part = self.current_partition
-        try:
+        with reframe_errors():
             net = tx.NetConfig.from_extras(part.extras, f"partition {part.fullname}")
-        except FabregError as err:
-            raise ReframeError(str(err)) from None
         declared = part.extras.get("transports")
         inventory = tx.detect(declared=declared)
         if declared is not None:
@@ -100,24 +79,18 @@ class UcxPerftestCheck(FabricCounters, ReferencesMixin, rfm.RunOnlyRegressionTes
 
     @run_before("run")
     def write_script(self) -> None:
-        port = str(free_port())
+        port = self.port()
         client = ["ucx_perftest", "{server_host}", "-p", port, "-t", self.ucx_test,
                   "-s", str(self.message_size), "-n", str(self.iterations)]
         if self.buffer != "host":
             client += ["-m", f"{self.buffer},{self.buffer}"]
         # Only the client reports its lanes (its output is the job's stdout).
         client = ["env", "UCX_LOG_LEVEL=info", *client]
-        text = client_server.script(["ucx_perftest", "-p", port], client, nodes=self.nodes)
-        Path(self.stagedir, client_server.SCRIPT).write_text(text)
+        self.run_client_and_server(["ucx_perftest", "-p", port], client)
         self.env_vars["UCX_TLS"] = self.ucx_tls
-        self.job.launcher = getlauncher("local")()
-        self.keep_files = [*self.keep_files, client_server.SERVER_OUT]
-
-    def output(self) -> str:
-        return Path(self.stagedir, str(self.stdout.evaluate())).read_text()
 
     def result(self) -> UcxPerftestResult:
-        return parse_ucx_perftest(self.output())
+        return parse_ucx_perftest(self.output_text())
 
     @sanity_function
     def final_row_and_transport(self) -> bool:
@@ -126,13 +99,12 @@ class UcxPerftestCheck(FabricCounters, ReferencesMixin, rfm.RunOnlyRegressionTes
         except UcxPerftestError as err:
             if err.transport_unavailable:
                 self.skip(err.reason)
-            server = Path(self.stagedir, client_server.SERVER_OUT)
-            tail = server.read_text().strip().splitlines()[-1:] if server.is_file() else []
-            raise SanityError(err.reason + (f" (server: {tail[0]})" if tail else "")) from None
+            tail = self.server_tail()
+            raise SanityError(err.reason + (f" (server: {tail})" if tail else "")) from None
         if result.iterations != self.iterations:
             raise SanityError(f"ran {result.iterations} iterations, asked {self.iterations}")
         rma = self.ucx_test.startswith(("ucp_put", "ucp_get"))
-        lanes = ucx_lanes(self.output(), ("rma", "rma_am") if rma else ("tag", "am"))
+        lanes = ucx_lanes(self.output_text(), ("rma", "rma_am") if rma else ("tag", "am"))
         used = {c for c in (tx.ucx_class(lane.transport) for lane in lanes) if c}
         self.transport_used = "+".join(sorted(used)) or "none"
         if used != {self.transport}:

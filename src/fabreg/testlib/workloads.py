@@ -1,29 +1,26 @@
-"""Shared pieces of the workload checks (streams, tail latency, matmul, ucx_perftest, perftest).
+"""Shared pieces of the workload probe checks (streams, tail latency, matmul).
 
 - ``WorkloadProbes``: fixture that builds fabreg's workload probes (src/probes/fabreg_*.c)
   once per environment, with the environment's MPI compiler wrapper;
 - ``ProbeCheck``: an MPI check (transport x nodes matrix) that runs one of those probes,
-  with fabric counters and references;
+  with fabric counters and references (from ``FabregCheck``);
 - ``launcher_argv``: the launcher command for an extra launch inside the same job.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
 import reframe as rfm
-import reframe.core.runtime as rt
 from reframe.core.builtins import fixture, run_after, run_before, sanity_function, variable
-from reframe.core.exceptions import ReframeError, ReframeFatalError
+from reframe.core.exceptions import ReframeError
 
-from fabreg.errors import FabregError
 from fabreg.run import providers
-from fabreg.testlib.counters import FabricCounters
-from fabreg.testlib.mpi import MpiCheck, max_nodes, unavailable_reason
-from fabreg.testlib.references import ReferenceKeys, ReferencesMixin
+from fabreg.testlib.base import reframe_errors
+from fabreg.testlib.mpi import MpiCheck, unavailable_reason
+from fabreg.testlib.references import ReferenceKeys
 
 PROBES = ("fabreg_streams", "fabreg_tail_latency", "fabreg_matmul")
 
@@ -36,10 +33,8 @@ class WorkloadProbes(rfm.CompileOnlyRegressionTest):
     @run_after("setup")
     def use_probe_sources(self) -> None:
         self.skip_if(bool(reason := unavailable_reason(self.current_environ)), reason or "")
-        try:
+        with reframe_errors():
             self.sourcesdir = str(providers.probes_source_dir())
-        except FabregError as err:
-            raise ReframeError(str(err)) from None
         self.build_system.options = list(PROBES)
         self.build_system.max_concurrency = 1
 
@@ -53,24 +48,6 @@ class WorkloadProbes(rfm.CompileOnlyRegressionTest):
     def path_of(self, probe: str) -> str:
         return str(Path(self.stagedir, probe))
 
-
-def restrict_to_nodes(check: Any, nodes: int) -> None:
-    """Keep only the partitions that give one job ``nodes`` nodes (for checks without MPI).
-
-    Outside a ReFrame session (unit tests) nothing changes.
-    """
-    try:
-        allowed = rt.valid_sysenv_comb(check.valid_systems, check.valid_prog_environs)
-    except ReframeFatalError:
-        return
-    check.valid_systems = [p.fullname for p in allowed if max_nodes(p) >= nodes]
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now (for a benchmark server)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
 
 
 def launcher_argv(check: Any, num_tasks: int) -> list[str]:
@@ -93,7 +70,7 @@ def launcher_argv(check: Any, num_tasks: int) -> list[str]:
                        "give the environment a 'launcher' in its extras")
 
 
-class ProbeCheck(FabricCounters, MpiCheck, ReferencesMixin):
+class ProbeCheck(MpiCheck):
     """An MPI check that runs one of fabreg's workload probes.
 
     Subclasses give ``placement()`` (nodes, ranks per node) for each ``nodes``
@@ -109,10 +86,6 @@ class ProbeCheck(FabricCounters, MpiCheck, ReferencesMixin):
     workload_probes = fixture(WorkloadProbes, scope="environment")
 
     time_limit = "5m"
-
-    def impossible(self) -> None:
-        """Drop this test case everywhere (a combination that cannot exist, not a skip)."""
-        self.valid_systems = []
 
     def probe_path(self) -> str:
         return self.workload_probes.path_of(self.benchmark)
@@ -134,14 +107,10 @@ class ProbeCheck(FabricCounters, MpiCheck, ReferencesMixin):
     @run_after("setup")
     def allow_oversubscription(self) -> None:
         """More ranks than cores on a local host is intended here (2-core CI machines)."""
-        local = self.current_partition.scheduler.registered_name == "local"
-        if (local and self.mpi == "openmpi" and self.num_tasks > (os.cpu_count() or 1)
+        if (self.is_local() and self.mpi == "openmpi" and self.num_tasks > (os.cpu_count() or 1)
                 and "--oversubscribe" not in self.launch_options):
             self.launch_options = [*self.launch_options, "--oversubscribe"]
 
     @run_before("run")
     def use_probe(self) -> None:
         self.executable = self.probe_path()
-
-    def output_text(self, name: str | None = None) -> str:
-        return Path(self.stagedir, name or str(self.stdout.evaluate())).read_text()
