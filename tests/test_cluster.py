@@ -282,6 +282,23 @@ def test_hung_job_is_killed_at_its_time_limit(cluster, tmp_path):
     assert "sleep 600" not in cluster.slurm("squeue", "-h", "-t", "running", "-o", "%o")
 
 
+@pytest.mark.parametrize("selection, environ, endless", [
+    # MpiCheck (OSU, and the workload probes on the same base)
+    ("OsuLatency%transport=tcp%nodes=2", "openmpi", "OsuLatency.iterations=1000000000"),
+    # ClientServerCheck (ucx_perftest, and perftest on the same base)
+    ("UcxPerftestLatency%transport=tcp%nodes=2%ucx_test=tag_lat%buffer=host", "builtin",
+     "UcxPerftestLatency.iterations=2000000000"),
+])
+def test_every_check_family_fails_with_the_schedulers_reason(cluster, tmp_path, selection,
+                                                             environ, endless):
+    """A real check that Slurm kills at its time limit says so, not "rows missing"."""
+    proc = cluster.reframe(tmp_path, "-n", selection, "-p", environ, "-S", endless,
+                           "-S", "time_limit=30s", timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "killed at its time limit (30.0 s) (scheduler state TIMEOUT)" in out, out[-3000:]
+
+
 def test_node_dying_mid_run_fails_its_job_and_the_run_goes_on(cluster, tmp_path):
     args = [str(Path(sys.executable).parent / "reframe"), "-C", str(REPO / "reframe-config.py"),
             "-c", str(FAULT_CHECKS), "-n", "NodeLoss", "--exec-order=name", "--system",
