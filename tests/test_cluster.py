@@ -286,7 +286,7 @@ def test_hung_job_is_killed_at_its_time_limit(cluster, tmp_path):
     # MpiCheck (OSU, and the workload probes on the same base)
     ("OsuLatency%transport=tcp%nodes=2", "openmpi", "OsuLatency.iterations=1000000000"),
     # ClientServerCheck (ucx_perftest, and perftest on the same base)
-    ("UcxPerftestLatency%transport=tcp%nodes=2%ucx_test=tag_lat%buffer=host", "builtin",
+    ("UcxPerftestLatency%nodes=2%ucx_test=tag_lat%transport=tcp%buffer=host", "builtin",
      "UcxPerftestLatency.iterations=2000000000"),
 ])
 def test_every_check_family_fails_with_the_schedulers_reason(cluster, tmp_path, selection,
