@@ -1,4 +1,4 @@
-"""The OSU parser against every real OSU 7.2 output in the shared golden set."""
+"""The OSU parser against every real OSU 7.2 output in the golden set (tests/data/golden)."""
 
 from __future__ import annotations
 

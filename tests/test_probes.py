@@ -2,7 +2,7 @@
 
 The probes must print exactly what OSU 7.x prints (so that one parser serves
 both): the header lines are those of real OSU 7.2 (checked against the golden
-outputs, read from where they are shared, never copied), the rows are read with
+outputs in tests/data/golden), the rows are read with
 the suite's parser and re-rendered in OSU's column widths, and the error cases
 must exit non-zero with one clear line.
 """
