@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from fabreg.errors import FabregError
-from fabreg.schema import KEY_FIELDS, lower_is_better
+from fabreg.schema import KEY_FIELDS, VERDICTS, lower_is_better
 
 WILDCARD = "*"
 VALUE_FIELDS = ("value", "unit", "warn", "fail", "better")
@@ -43,6 +43,13 @@ class Reference:
         """Signed relative deviation from the reference; positive is always better."""
         rel = (measured - self.value) / self.value
         return -rel if self.lower_is_better else rel
+
+    @property
+    def failure_limit(self) -> float:
+        """The value beyond which a result fails (the edge of ReFrame's band)."""
+        if self.lower_is_better:
+            return self.value * (1 + self.fail)
+        return self.value * (1 - min(self.fail, 1.0))
 
     def verdict(self, measured: float) -> str:
         """``ok``, ``warn`` or ``fail`` for a measured value."""
@@ -178,10 +185,6 @@ def reference_file(checks_dir: str | Path, system: str) -> Path:
     return Path(checks_dir) / "references" / f"{system}.yaml"
 
 
-#: Verdicts from best to worst; a test's ``ref_status`` is the worst of its values.
-VERDICTS = ("ok", "warn", "missing", "fail")
-
-
 @dataclass(frozen=True)
 class Assessment:
     """One measured value against its reference (``ref`` is None when there is none)."""
@@ -200,33 +203,48 @@ class Assessment:
         """Signed relative deviation, positive = better; None without a reference."""
         return None if self.ref is None else round(self.ref.deviation(self.value), 4)
 
-    def describe(self) -> str:
+    def describe(self, verdict: str | None = None) -> str:
         """One line for logs and the perflog (never contains the perflog's ``|``)."""
+        verdict = verdict or self.verdict
         if self.ref is None:
             return f"{self.name}: no reference"
         ref = self.ref
         return (f"{self.name}: {self.value:g} {self.unit} vs {ref.value:g} {ref.unit} "
                 f"({self.deviation:+.1%}; warn beyond -{ref.warn:.0%}, fail beyond "
-                f"-{ref.fail:.0%}): {self.verdict}")
+                f"-{ref.fail:.0%}): {verdict}")
 
 
 @dataclass(frozen=True)
 class Summary:
-    """What a test reports about its references: worst verdict, deviations, notes."""
+    """What a test reports about its references: worst verdict, per-value verdicts and
+    deviations, notes."""
 
     status: str
     deviations: dict[str, float | None]
     notes: str
+    verdicts: dict[str, str]
 
     @property
     def missing(self) -> list[str]:
         return [name for name, dev in self.deviations.items() if dev is None]
 
 
-def summarize(assessments: list[Assessment]) -> Summary:
-    """Fold per-value assessments into the test's status; notes name what is not ``ok``."""
+def summarize(assessments: list[Assessment],
+              qualified: dict[str, tuple[str, str]] | None = None) -> Summary:
+    """Fold per-value assessments into the test's status; notes name what is not ``ok``.
+
+    ``qualified`` replaces the band's verdict of some values with what the measurement
+    itself showed (``inconclusive``, ``flaky``; ``fabreg.schema.VERDICTS``) and says why.
+    """
     if not assessments:
-        return Summary("", {}, "")
-    status = max((a.verdict for a in assessments), key=VERDICTS.index)
-    notes = "; ".join(a.describe() for a in assessments if a.verdict != "ok")
-    return Summary(status, {a.name: a.deviation for a in assessments}, notes)
+        return Summary("", {}, "", {})
+    qualified = qualified or {}
+    verdicts = {a.name: qualified.get(a.name, (a.verdict, ""))[0] for a in assessments}
+    status = min(verdicts.values(), key=VERDICTS.index)
+    notes = []
+    for a in assessments:
+        if verdicts[a.name] != "ok":
+            why = qualified.get(a.name, ("", ""))[1]
+            notes.append(a.describe(verdicts[a.name]) + (f" ({why})" if why else ""))
+    return Summary(status, {a.name: a.deviation for a in assessments}, "; ".join(notes),
+                   verdicts)

@@ -26,9 +26,11 @@ from reframe.core.builtins import (
 from reframe.core.exceptions import ReframeError, SanityError
 
 from fabreg.metrics import perfvar_name
-from fabreg.run import busbw, providers
+from fabreg.run import busbw, measure, providers
 from fabreg.run.parsers.osu import OsuResult, parse_osu, powers_of_two, table_problem
+from fabreg.schema import lower_is_better
 from fabreg.testlib.base import reframe_errors
+from fabreg.testlib.measurement import RepeatedMeasurement
 from fabreg.testlib.mpi import MpiCheck, mpi_name, unavailable_reason
 from fabreg.testlib.references import ReferenceKeys
 from fabreg.testlib.spack import SpackStack, choose_spec
@@ -135,7 +137,7 @@ class OsuBinaries(rfm.CompileOnlyRegressionTest):
         return str(path) if path.is_file() else None
 
 
-class OsuCheck(MpiCheck):
+class OsuCheck(RepeatedMeasurement, MpiCheck):
     """One OSU benchmark: its full size curve, sanity on every row, figures at chosen sizes."""
 
     #: OSU binary name, e.g. ``osu_latency``.
@@ -239,8 +241,29 @@ class OsuCheck(MpiCheck):
                 for size in self.perf_sizes
             })
 
+    def measurement_plan(self, command: list[str]) -> measure.Plan:
+        """The curve once with validation, then repeats at the asserted sizes."""
+        metric, unit, _ = BENCHMARKS[self.benchmark]
+        refs = self.references()
+        limits = {size: ref.failure_limit for size in self.perf_sizes
+                  if (ref := refs.get(perfvar_name(metric, size)))}
+        counts = (["-i", str(self.iterations)] if self.iterations else []) + (
+            ["-x", str(self.warmup)] if self.warmup else [])
+        return measure.Plan(
+            command=command, full_options=list(self.executable_opts),
+            full_sizes=powers_of_two(1, self.max_size),
+            repeat_options=["-m", "{low}:{high}", *counts], sizes=list(self.perf_sizes),
+            lower_is_better=lower_is_better(metric, unit), fail_limits=limits,
+            repeats=self.repeats, budget_s=self.budget_seconds(), grace_s=self.hang_grace,
+            contended_share=self.contended_share)
+
+    def variables_at(self, size: int) -> list[str]:
+        return [perfvar_name(BENCHMARKS[self.benchmark][0], size)]
+
     def _value_at(self, size: int) -> float:
-        return self.parsed().value(size)
+        """The best of the job's measurements at ``size`` (the sanity run's without them)."""
+        best = self.measured_value(size)
+        return best if best is not None else self.parsed().value(size)
 
     def _busbw_at(self, size: int) -> float:
         return busbw.bus_bandwidth(self.benchmark, size, self._value_at(size), self.num_tasks)

@@ -32,7 +32,13 @@ from reframe.core.exceptions import PerformanceError, ReframeError
 from reframe.core.logging import getlogger
 
 from fabreg.errors import FabregError
-from fabreg.run.references import Assessment, ReferenceTable, reference_file, summarize
+from fabreg.run.references import (
+    Assessment,
+    Reference,
+    ReferenceTable,
+    reference_file,
+    summarize,
+)
 
 #: What a check's performance variable is looked up by, and whether a reference is required.
 ReferenceKeys = dict[str, tuple[dict[str, Any], bool]]
@@ -66,6 +72,8 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
     ref_notes = variable(str, value="", loggable=True)
     #: Perf variable -> the key its reference row is looked up by (perflog, JSON).
     ref_keys = variable(dict, value={}, loggable=True)
+    #: Perf variable -> its verdict (``fabreg.schema.VERDICTS``) (perflog, JSON).
+    verdicts = variable(dict, value={}, loggable=True)
 
     def reference_keys(self) -> ReferenceKeys:
         """Performance variable -> (lookup key for ``ReferenceTable.lookup``, required?)."""
@@ -79,13 +87,27 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
         """A broken reference file fails the test before anything runs."""
         load_table(self.reference_path())
 
+    def references(self) -> dict[str, Reference | None]:
+        """Perf variable -> its reference row (None without one); known from setup on."""
+        table = load_table(self.reference_path())
+        return {var: table.lookup(**key) if table else None
+                for var, (key, _) in self.reference_keys().items()}
+
+    def qualify(self, assessments: list[Assessment]) -> dict[str, tuple[str, str]]:
+        """Verdicts the measurement itself overrides, with why (``inconclusive``, ``flaky``).
+
+        The band alone decides here; a check that measures robustly (``RepeatedMeasurement``)
+        knows when a failing value was measured under interference or did not reproduce.
+        """
+        return {}
+
     @run_before("performance", always_last=True)
     def judge_against_references(self) -> None:
         path = self.reference_path()
         table = load_table(path)
         keys = self.reference_keys()
-        refs = {var: table.lookup(**key) if table else None for var, (key, _) in keys.items()}
-        self.reference = {"*": {var: ref.reframe_tuple() for var, ref in refs.items() if ref}}
+        refs = self.references()
+        bands = {var: ref.reframe_tuple() for var, ref in refs.items() if ref}
         # Logged whether or not a reference exists: it is what a new system's rows are made of.
         self.ref_keys = {var: dict(key) for var, (key, _) in keys.items()
                          if var in self.perf_variables}
@@ -99,9 +121,14 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
                 except Exception:  # ReFrame reports the evaluation failure itself
                     continue
                 assessments.append(Assessment(var, value, fn.unit, refs[var]))
-        summary = summarize(assessments)
-        self.ref_status, self.deviation, self.ref_notes = (
-            summary.status, summary.deviations, summary.notes)
+        summary = summarize(assessments, self.qualify(assessments))
+        self.ref_status, self.deviation, self.ref_notes, self.verdicts = (
+            summary.status, summary.deviations, summary.notes, summary.verdicts)
+        for var, verdict in summary.verdicts.items():
+            if verdict == "inconclusive":  # judged by the measurement, not by ReFrame's band
+                value, _, _, unit = bands[var]
+                bands[var] = (value, None, None, unit)
+        self.reference = {"*": bands}
         if summary.missing and table is None:
             self.ref_notes = f"no reference file {self._shown(path)}; " + summary.notes
         if summary.notes:

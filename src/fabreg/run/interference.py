@@ -1,0 +1,120 @@
+"""How much CPU time other work took on this host while a benchmark measured.
+
+Interference only ever makes a fabric look worse, so a failing value measured while other
+work competed for the CPUs cannot be called a regression. The job's own processes carry a
+marker in their environment (``FABREG_MEASURE_TOKEN``, inherited by launchers, proxies and
+ranks, on every node that ``srun`` reaches); everything else that used a CPU meanwhile is
+*other work*: ``/proc/stat``'s busy time minus the marked processes' CPU time.
+
+On the emulated cluster all nodes share the host's CPUs and PID space, so the figure covers
+every node. On a real cluster it covers the node that runs the job script.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+from fabreg.run import procfs
+
+#: The environment variable that marks the job's own processes.
+TOKEN_VARIABLE = "FABREG_MEASURE_TOKEN"
+
+#: Other work's share of the host's CPU time above which a measurement is contended: 10 %
+#: is a fifth of a core on a 2-core node, far above what daemons and ReFrame's polling take.
+CONTENDED_SHARE = 0.10
+
+
+@dataclass(frozen=True)
+class Interference:
+    """Other work's CPU time over a measurement window."""
+
+    #: Seconds of wall time the window lasted.
+    seconds: float
+    #: CPUs of the host.
+    host_cpus: int
+    #: CPU-seconds used by everything on the host, and by the job's own processes.
+    busy_cpu_s: float
+    own_cpu_s: float
+
+    @property
+    def other_cpu_s(self) -> float:
+        return max(0.0, self.busy_cpu_s - self.own_cpu_s)
+
+    @property
+    def share(self) -> float:
+        """Other work's fraction of the host's CPU capacity over the window."""
+        capacity = self.seconds * self.host_cpus
+        return self.other_cpu_s / capacity if capacity > 0 else 0.0
+
+    def contended(self, threshold: float = CONTENDED_SHARE) -> bool:
+        return self.share > threshold
+
+    def as_dict(self) -> dict[str, float]:
+        out = {k: round(v, 3) for k, v in asdict(self).items()}
+        out["other_share"] = round(self.share, 4)
+        return out
+
+
+def _marked(pid: int, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return marker in fh.read().split(b"\0")
+    except OSError:
+        return False
+
+
+class InterferenceMeter:
+    """Samples the host while the job's marked processes run; ``stop()`` gives the figure.
+
+    The marked processes' CPU time is read every ``interval`` seconds, so a process that
+    lives less than one interval is missed and its time counts as other work: the figure
+    errs towards *contended*, never towards a false regression.
+    """
+
+    def __init__(self, token: str, interval: float = 0.25, own_pid: int | None = None) -> None:
+        self.marker = f"{TOKEN_VARIABLE}={token}".encode()
+        self.interval = interval
+        self.own_pid = os.getpid() if own_pid is None else own_pid
+        self._ticks: dict[tuple[int, int], int] = {}  # (pid, start) -> last CPU ticks seen
+        self._checked: dict[tuple[int, int], bool] = {}  # (pid, start) -> marked?
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._hz = os.sysconf("SC_CLK_TCK")
+
+    def start(self) -> InterferenceMeter:
+        self._t0 = time.monotonic()
+        self._cpu0 = procfs.cpu_times()
+        self._self0 = procfs.read_stat(self.own_pid)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        for pid in procfs.pids():
+            stat = procfs.read_stat(pid)
+            if stat is None or pid == self.own_pid:
+                continue
+            key = (pid, stat.start)
+            if key not in self._checked:
+                self._checked[key] = _marked(pid, self.marker)
+            if self._checked[key]:
+                self._ticks[key] = stat.cpu_ticks
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.interval)
+
+    def stop(self) -> Interference:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        cpu1 = procfs.cpu_times()
+        me0, me1 = self._self0, procfs.read_stat(self.own_pid)
+        mine = (me1.cpu_ticks - me0.cpu_ticks) if me0 and me1 else 0
+        own_ticks = sum(self._ticks.values()) + mine
+        return Interference(seconds=time.monotonic() - self._t0, host_cpus=os.cpu_count() or 1,
+                            busy_cpu_s=(cpu1.busy - self._cpu0.busy) / self._hz,
+                            own_cpu_s=own_ticks / self._hz)

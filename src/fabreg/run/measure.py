@@ -1,0 +1,265 @@
+"""Robust measurement inside the job: ``python -m fabreg.run.measure PLAN.json``.
+
+A one-shot value judged against a band is what made healthy runs fail on a busy host.
+Interference only ever lowers bandwidth and raises latency, so the job measures each
+asserted size several times and the check judges the best value (the lowest latency, the
+highest bandwidth), which other work cannot fake. The job script runs this driver instead
+of the benchmark; it:
+
+1. runs the benchmark over its whole size curve once (the sanity run, printed on stdout
+   as the benchmark printed it);
+2. repeats it at the asserted sizes until each has ``repeats`` values or the time budget
+   is spent;
+3. re-measures a size whose best value still crosses its failure limit (``repeats`` more
+   runs, even past the budget): only a failure that reproduces is *confirmed*;
+4. meters the CPU time other work took on the host meanwhile (``fabreg.run.interference``);
+5. ends a launch that printed its complete table but does not exit (MPICH 4.0 with UCX
+   1.13 hangs in ``MPI_Finalize`` over TCP) after a grace period, keeping its values.
+
+Everything it learnt goes to ``measure.json`` beside the benchmark's outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fabreg.run.interference import CONTENDED_SHARE, TOKEN_VARIABLE, InterferenceMeter
+from fabreg.run.parsers.osu import parse_osu
+
+RESULT = "measure.json"
+PLAN = "measure-plan.json"
+_ROW = re.compile(rb"^\s*(\d+)\s+[-+0-9.]")
+
+
+@dataclass
+class Plan:
+    """What the job measures; written by the check, read by the driver in the job."""
+
+    #: The launcher and the benchmark, e.g. ``["mpirun", "-np", "2", "/.../osu_bw"]``.
+    command: list[str]
+    #: Options of the sanity run over the whole curve, and the sizes it must print.
+    full_options: list[str]
+    full_sizes: list[int]
+    #: Options of a repeat at the asserted sizes (``{low}``/``{high}`` are filled in).
+    repeat_options: list[str]
+    #: The asserted sizes, and their failure limits where a reference exists.
+    sizes: list[int]
+    lower_is_better: bool
+    fail_limits: dict[int, float] = field(default_factory=dict)
+    #: The column of the table that is judged (None: the first).
+    column: str | None = None
+    repeats: int = 3
+    #: Seconds after which no more plain repeats start (confirmation still runs).
+    budget_s: float = 120.0
+    #: Seconds a launch may linger after printing its complete table.
+    grace_s: float = 20.0
+    contended_share: float = CONTENDED_SHARE
+
+    @classmethod
+    def load(cls, path: Path) -> Plan:
+        data = json.loads(path.read_text())
+        data["fail_limits"] = {int(k): float(v) for k, v in data.get("fail_limits", {}).items()}
+        return cls(**data)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+
+
+@dataclass
+class Launch:
+    """One run of the benchmark."""
+
+    output: str
+    options: list[str]
+    returncode: int
+    seconds: float
+    #: The table was complete but the process did not exit within the grace period.
+    hung_after_results: bool = False
+
+
+class _Watch:
+    """Copies a launch's output to a file, noting when its table became complete."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], path: Path, sizes: list[int],
+                 echo: bool) -> None:
+        self.proc, self.path, self.missing, self.echo = proc, path, set(sizes), echo
+        self.complete_at: float | None = None
+        self.thread = threading.Thread(target=self._copy, daemon=True)
+        self.thread.start()
+
+    def _copy(self) -> None:
+        assert self.proc.stdout is not None
+        with open(self.path, "wb") as sink:
+            for line in self.proc.stdout:
+                sink.write(line)
+                sink.flush()
+                if self.echo:
+                    sys.stdout.buffer.write(line)
+                    sys.stdout.flush()
+                if (m := _ROW.match(line)) and self.missing:
+                    self.missing.discard(int(m.group(1)))
+                    if not self.missing:
+                        self.complete_at = time.monotonic()
+
+
+def run_once(command: list[str], options: list[str], sizes: list[int], output: Path,
+             grace_s: float, env: dict[str, str], echo: bool = False) -> Launch:
+    """Run the benchmark once; end it ``grace_s`` after its table is complete."""
+    start = time.monotonic()
+    proc = subprocess.Popen([*command, *options], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    watch = _Watch(proc, output, sizes, echo)
+    hung = False
+    while proc.poll() is None:
+        done = watch.complete_at
+        if done is not None and time.monotonic() - done > grace_s:
+            hung = True
+            _end_group(proc)
+            break
+        time.sleep(0.1)
+    proc.wait()
+    watch.thread.join(timeout=5)
+    return Launch(output.name, list(options), proc.returncode, time.monotonic() - start, hung)
+
+
+def _end_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the launch's process group, SIGKILL what is left after 5 s."""
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _values(path: Path, sizes: list[int], column: str | None) -> dict[int, float]:
+    result = parse_osu(path.read_text(errors="replace"))
+    out = {}
+    for size in sizes:
+        if size in result.rows:
+            try:
+                out[size] = result.value(size, column)
+            except (KeyError, ValueError):
+                continue
+    return out
+
+
+def best(values: list[float], lower_is_better: bool) -> float:
+    return min(values) if lower_is_better else max(values)
+
+
+def spread(values: list[float], lower_is_better: bool) -> float:
+    """How far the worst value lies from the best, relative to the best."""
+    top = best(values, lower_is_better)
+    worst = max(values) if lower_is_better else min(values)
+    return abs(worst - top) / top if top else 0.0
+
+
+def crosses(value: float, limit: float, lower_is_better: bool) -> bool:
+    return value > limit if lower_is_better else value < limit
+
+
+def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
+    """Run the plan in ``workdir``; return (and write) what ``measure.json`` holds."""
+    token = uuid.uuid4().hex
+    env = dict(os.environ, **{TOKEN_VARIABLE: token})
+    meter = InterferenceMeter(token).start()
+    start = time.monotonic()
+    launches: list[Launch] = []
+    values: dict[int, list[float]] = {s: [] for s in plan.sizes}
+
+    def launch(options: list[str], sizes: list[int], echo: bool = False) -> Launch:
+        out = workdir / f"measure-{len(launches)}.out"
+        done = run_once(plan.command, options, sizes, out, plan.grace_s, env, echo)
+        launches.append(done)
+        for size, value in _values(out, plan.sizes, plan.column).items():
+            values[size].append(value)
+        return done
+
+    def repeat(sizes: list[int]) -> None:
+        low, high = min(sizes), max(sizes)
+        opts = [o.format(low=low, high=high) for o in plan.repeat_options]
+        wanted = [s for s in plan.full_sizes if low <= s <= high]
+        launch(opts, wanted)
+
+    first = launch(plan.full_options, plan.full_sizes, echo=True)
+    if all(values[s] for s in plan.sizes) and not (first.returncode and not
+                                                    first.hung_after_results):
+        while (time.monotonic() - start < plan.budget_s
+               and (short := [s for s in plan.sizes if len(values[s]) < plan.repeats])):
+            before = sum(map(len, values.values()))
+            repeat(short)
+            if sum(map(len, values.values())) == before:
+                break  # a repeat that prints nothing will not start printing
+    first_batch = {s: best(v, plan.lower_is_better) for s, v in values.items() if v}
+    failing = [s for s, v in first_batch.items()
+               if s in plan.fail_limits and crosses(v, plan.fail_limits[s], plan.lower_is_better)]
+    if failing:
+        for _ in range(plan.repeats):
+            repeat(failing)
+    interference = meter.stop()
+    final = {s: best(v, plan.lower_is_better) for s, v in values.items() if v}
+    result = {
+        "values": {str(s): v for s, v in values.items()},
+        "best": {str(s): v for s, v in final.items()},
+        "spread": {str(s): round(spread(v, plan.lower_is_better), 4)
+                   for s, v in values.items() if v},
+        "confirmation": {str(s): first_batch[s] for s in failing},
+        "interference": interference.as_dict(),
+        "contended": interference.contended(plan.contended_share),
+        "exclusive": exclusive_allocation(),
+        "launches": [asdict(x) for x in launches],
+        "hung_after_results": any(x.hung_after_results for x in launches),
+    }
+    (workdir / RESULT).write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def exclusive_allocation() -> str:
+    """``yes``/``no`` from Slurm for this job's nodes, ``local`` outside a Slurm job."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return "local"
+    try:
+        text = subprocess.run(["scontrol", "show", "job", job], capture_output=True,
+                              text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    m = re.search(r"\bOverSubscribe=(\S+)", text)
+    if not m:
+        return "unknown"
+    return "yes" if m.group(1) in ("NO", "EXCLUSIVE", "USER", "MCS") else "no"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m fabreg.run.measure PLAN.json", file=sys.stderr)
+        return 2
+    path = Path(args[0])
+    result = measure(Plan.load(path), path.parent)
+    first = result["launches"][0]
+    if first["hung_after_results"]:
+        print(f"fabreg: the benchmark printed its complete results and then did not exit "
+              f"within {Plan.load(path).grace_s:g} s; ended it, results kept", file=sys.stderr)
+        return 0
+    return int(first["returncode"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""RepeatedMeasurement: judge the best of several measurements, never a one-shot value.
+
+The job runs ``fabreg.run.measure`` instead of the benchmark (docs/references.md,
+"How a value is judged"): the whole size curve once for sanity, then repeats at the
+asserted sizes; a value still beyond its failure limit is measured again. The check judges
+the best value (interference cannot fake it) and qualifies the band's verdict:
+
+- ``inconclusive``: the value fails, but other work took more than ``contended_share`` of
+  the host's CPU time while it was measured: not a regression, a warning with the figure;
+- ``flaky``: the first measurements failed, the confirmation did not: a warning with both
+  values;
+- ``fail``: the failure reproduced on a quiet host: the test fails.
+
+Logged per run: ``spread`` (how far the worst of a value's measurements lay from its best),
+``interference`` (other work's CPU time), ``exclusive`` (did Slurm give the nodes to this
+job alone) and ``confirmation`` (the first value of each re-measured size).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import reframe as rfm
+import reframe.utility.typecheck as typ
+from reframe.core.backends import getlauncher
+from reframe.core.builtins import run_before, variable
+from reframe.core.logging import getlogger
+
+from fabreg.run import measure
+from fabreg.run.interference import CONTENDED_SHARE
+from fabreg.run.references import Assessment
+
+
+class RepeatedMeasurement(rfm.RegressionTestPlugin):
+    """Mixin: the job measures through ``fabreg.run.measure``; the check judges the best."""
+
+    #: Measurements of each asserted value; the best one is judged.
+    #:
+    #: :type: ``int``
+    #: :default: ``3``
+    repeats = variable(int, value=3, loggable=False)
+    #: Fraction of the time limit after which no more repeats start (a confirmation of a
+    #: failing value still runs).
+    #:
+    #: :type: ``float``
+    #: :default: ``0.5``
+    repeat_budget = variable(float, value=0.5, loggable=False)
+    #: Seconds a benchmark may go on after printing its complete results before it is
+    #: ended as hung (its values are kept).
+    #:
+    #: :type: ``float``
+    #: :default: ``20.0``
+    hang_grace = variable(float, value=20.0, loggable=False)
+    #: Other work's share of the host's CPU time above which a failing value is
+    #: ``inconclusive``.
+    #:
+    #: :type: ``float``
+    #: :default: ``fabreg.run.interference.CONTENDED_SHARE`` (0.10)
+    contended_share = variable(float, value=CONTENDED_SHARE, loggable=False)
+    #: Measure repeatedly (False: one run, judged as it is).
+    #:
+    #: :type: ``bool``
+    #: :default: ``True``
+    measure_repeatedly = variable(typ.Bool, value=True, loggable=False)
+    #: Perf variable -> relative distance of its worst measurement from its best (perflog).
+    #:
+    #: :type: ``dict``
+    #: :default: ``{}``
+    spread = variable(dict, value={}, loggable=True)
+    #: Other work's CPU time while the job measured (perflog: ``other_share`` of the
+    #: host's CPU capacity, CPU-seconds, wall seconds, CPUs).
+    #:
+    #: :type: ``dict``
+    #: :default: ``{}``
+    interference = variable(dict, value={}, loggable=True)
+    #: ``yes``/``no``: did Slurm give the job its nodes alone; ``local`` without Slurm.
+    #:
+    #: :type: ``str``
+    #: :default: ``''``
+    exclusive = variable(str, value="", loggable=True)
+    #: Perf variable -> its best first value, for values measured again because they failed.
+    #:
+    #: :type: ``dict``
+    #: :default: ``{}``
+    confirmation = variable(dict, value={}, loggable=True)
+
+    def measurement_plan(self, command: list[str]) -> measure.Plan:
+        """What the job measures; ``command`` is the launcher and the benchmark binary."""
+        raise NotImplementedError
+
+    def variables_at(self, size: int) -> list[str]:
+        """The perf variables measured (not derived) at ``size``."""
+        raise NotImplementedError
+
+    def budget_seconds(self) -> float:
+        """When repeats stop starting: ``repeat_budget`` of the job's time limit."""
+        return self.repeat_budget * float(self.time_limit or 600)
+
+    @run_before("run", always_last=True)
+    def run_through_measure_driver(self) -> None:
+        if not self.measure_repeatedly:
+            return
+        # ReFrame hands the test's task counts to the job only when it runs it; the
+        # launcher command needs them now.
+        self.job.num_tasks = self.num_tasks
+        self.job.num_tasks_per_node = self.num_tasks_per_node
+        launch = shlex.split(self.job.launcher.run_command(self.job))
+        command = [*launch, self.executable]
+        self.measurement_plan(command).save(Path(self.stagedir, measure.PLAN))
+        self.job.launcher = getlauncher("local")()
+        self.executable = sys.executable
+        self.executable_opts = ["-m", "fabreg.run.measure", measure.PLAN]
+        self.keep_files = [*self.keep_files, measure.PLAN, measure.RESULT]
+
+    def measured(self) -> dict[str, Any] | None:
+        """What ``measure.json`` says, or None (one plain run, or a dry run)."""
+        path = Path(self.stagedir, measure.RESULT)
+        if not self.measure_repeatedly or not path.is_file():
+            return None
+        return json.loads(path.read_text())
+
+    def measured_value(self, size: int) -> float | None:
+        result = self.measured()
+        value = result["best"].get(str(size)) if result else None
+        return None if value is None else float(value)
+
+    @run_before("performance")
+    def log_measurement(self) -> None:
+        result = self.measured()
+        if result is None:
+            return
+        self.interference = dict(result["interference"])
+        self.exclusive = str(result["exclusive"])
+        self.spread = {var: result["spread"][size] for size in result["spread"]
+                       for var in self.variables_at(int(size))}
+        self.confirmation = {var: first for size, first in result["confirmation"].items()
+                             for var in self.variables_at(int(size))}
+        if result["hung_after_results"]:
+            getlogger().warning(
+                f"{self.display_name}: the benchmark printed complete results and then hung; "
+                f"ended after {self.hang_grace:g} s, its values are judged")
+
+    def qualify(self, assessments: list[Assessment]) -> dict[str, tuple[str, str]]:
+        result = self.measured()
+        if result is None:
+            return {}
+        share = result["interference"]["other_share"]
+        out = {}
+        for a in assessments:
+            if a.verdict == "fail" and result["contended"]:
+                out[a.name] = ("inconclusive", f"other work took {share:.0%} of the host's CPU "
+                                               f"while it measured")
+            elif a.verdict != "fail" and a.name in self.confirmation:
+                out[a.name] = ("flaky", f"first measured {self.confirmation[a.name]:g}, "
+                                        f"did not reproduce")
+        return out

@@ -1,0 +1,139 @@
+"""fabreg.run.measure in a real job's place: real MPI ranks, real CPU hogs, a real hang.
+
+The driver must judge the best of several measurements, confirm a failing value before it
+is reported, meter other work's CPU time and survive a benchmark that hangs after printing
+its results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO
+from test_probes import MPIS, make
+
+from fabreg.run import measure
+from fabreg.run.interference import TOKEN_VARIABLE, InterferenceMeter
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def osu_latency(tmp_path_factory) -> list[str]:
+    """mpirun and the osu_latency probe, built with the first MPI found here."""
+    for mpi in MPIS.values():
+        if not mpi.missing():
+            bindir = tmp_path_factory.mktemp(f"measure-{mpi.name}")
+            proc = make(mpi, bindir, "osu_latency")
+            assert proc.returncode == 0, proc.stderr
+            os.environ.update(dict(mpi.env))
+            return [*mpi.launcher, "2", str(bindir / "osu_latency")]
+    pytest.skip("neither OpenMPI nor MPICH is installed here")
+
+
+def plan(command: list[str], **changes) -> measure.Plan:
+    base = dict(command=command, full_options=["-m", "1:1024", "-i", "200", "-x", "20"],
+                full_sizes=[1 << k for k in range(11)],
+                repeat_options=["-m", "{low}:{high}", "-i", "200", "-x", "20"],
+                sizes=[8, 1024], lower_is_better=True, repeats=3, budget_s=120, grace_s=5)
+    base.update(changes)
+    return measure.Plan(**base)
+
+
+def hog(n: int) -> list[subprocess.Popen]:
+    """``n`` busy loops outside the job (no marker): other work on the host."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def test_each_size_is_measured_repeatedly_and_the_best_is_kept(osu_latency, tmp_path):
+    result = measure.measure(plan(osu_latency), tmp_path)
+    assert [len(result["values"][s]) for s in ("8", "1024")] == [3, 3]
+    for size in ("8", "1024"):
+        assert result["best"][size] == min(result["values"][size]) > 0
+        assert result["spread"][size] >= 0
+    assert result["confirmation"] == {} and not result["hung_after_results"]
+    assert result["launches"][0]["options"] == ["-m", "1:1024", "-i", "200", "-x", "20"]
+    assert all(x["options"][:2] == ["-m", "8:1024"] for x in result["launches"][1:])
+    assert json.loads((tmp_path / measure.RESULT).read_text()) == result
+    # the job's own ranks are counted as its own, not as other work
+    assert result["interference"]["own_cpu_s"] > 0.1
+
+
+def test_a_failing_value_is_measured_again_before_it_is_reported(osu_latency, tmp_path):
+    # 8 B can never take less than 1 ns: the first batch fails and is confirmed
+    result = measure.measure(plan(osu_latency, fail_limits={8: 0.001}), tmp_path)
+    assert set(result["confirmation"]) == {"8"}
+    assert len(result["values"]["8"]) == 6 and len(result["values"]["1024"]) >= 3
+    assert result["launches"][-1]["options"][:2] == ["-m", "8:8"]
+
+
+def test_repeats_stop_at_the_time_budget(osu_latency, tmp_path):
+    result = measure.measure(plan(osu_latency, budget_s=0), tmp_path)
+    assert len(result["launches"]) == 1
+    assert [len(result["values"][s]) for s in ("8", "1024")] == [1, 1]
+
+
+def test_other_work_on_the_host_is_measured(osu_latency, tmp_path):
+    hogs = hog(2)
+    try:
+        result = measure.measure(plan(osu_latency), tmp_path)
+    finally:
+        stop(hogs)
+    assert result["contended"], result["interference"]
+    assert result["interference"]["other_share"] > 0.2
+
+
+def test_the_meter_counts_marked_processes_as_the_jobs_own(tmp_path):
+    token = "t" + str(os.getpid())
+    env = dict(os.environ, **{TOKEN_VARIABLE: token})
+    meter = InterferenceMeter(token, interval=0.1).start()
+    busy = subprocess.Popen([sys.executable, "-c",
+                             "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"],
+                            env=env)
+    busy.wait()
+    figure = meter.stop()
+    assert figure.own_cpu_s >= 1.0, figure
+    assert figure.seconds >= 1.4 and figure.host_cpus == (os.cpu_count() or 1)
+
+
+def test_a_benchmark_hanging_after_complete_results_is_ended_and_its_values_kept(tmp_path):
+    table = REPO / "tests" / "data" / "golden" / "osu-7.2" / "openmpi-shm-osu_latency.txt"
+    # real OSU output, then a process that never exits (as MPI_Finalize does when it hangs)
+    command = ["sh", "-c", f"cat {table}; exec sleep 600", "hang"]
+    started = time.monotonic()
+    result = measure.measure(plan(command, full_options=[], repeats=1, grace_s=2,
+                                  full_sizes=[1 << k for k in range(23)]), tmp_path)
+    assert time.monotonic() - started < 30
+    assert result["hung_after_results"] and result["launches"][0]["hung_after_results"]
+    assert result["best"]["8"] > 0 and result["best"]["1024"] > 0
+
+
+def test_an_incomplete_table_is_not_ended_early(tmp_path):
+    table = REPO / "tests" / "data" / "golden" / "osu-7.2" / "openmpi-shm-osu_latency.txt"
+    command = ["sh", "-c", f"head -n 8 {table}; sleep 3", "short"]
+    result = measure.measure(plan(command, full_options=[], repeats=1, grace_s=0.5,
+                                  full_sizes=[1 << k for k in range(23)]), tmp_path)
+    assert not result["hung_after_results"]
+    assert result["launches"][0]["seconds"] >= 3
+
+
+def test_the_driver_runs_as_the_job_runs_it(osu_latency, tmp_path):
+    plan(osu_latency).save(tmp_path / measure.PLAN)
+    proc = subprocess.run([sys.executable, "-m", "fabreg.run.measure", measure.PLAN],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "# OSU MPI Latency Test" in proc.stdout  # the sanity run, as the benchmark printed it
+    assert (tmp_path / measure.RESULT).is_file()
+    assert shutil.which(osu_latency[0])
