@@ -9,6 +9,9 @@ import pytest
 from conftest import have, run_reframe
 from test_matrix_reframe import derived_config
 
+from fabreg import schema
+from fabreg.metrics import split_perfvar
+
 WORKLOAD_CHECKS = ["UcxPerftestLatency", "UcxPerftestBandwidth", "IbWriteBw", "IbReadBw",
                    "IbSendBw", "IbWriteLat", "IbReadLat", "IbSendLat", "Streams",
                    "StreamsFanIn", "TailLatency", "Matmul", "GpuOsuLatency",
@@ -130,6 +133,7 @@ def test_probe_checks_write_perflogs_with_references_and_counters(tmp_path):
     assert tail["collective"] == "allreduce" and tail["algorithm"] == "default"
     assert float(tail["loaded_p99_value"]) > 0 and float(tail["p50_ref"]) > 0
     for row in (pair, fanin, mm, tail):
+        assert undeclared_metrics(row) == []
         assert row["fabric_counters"].startswith("unavailable: "), row["fabric_counters"]
         assert row["mpi"] == "openmpi" and row["provider"] == "fabreg-probes"
         assert row["transport"] == "shm" and row["nodes"] == "1"
@@ -147,3 +151,9 @@ def test_matmul_check_fails_on_a_wrong_answer(tmp_path):
     out = _out(proc)
     assert proc.returncode != 0
     assert "C differs from the known answer A*B (n=512, 2 ranks, blocking)" in out
+
+
+def undeclared_metrics(row: dict[str, str]) -> list[str]:
+    """Perf variables of a perflog line whose metric has no declared direction."""
+    names = [c[: -len("_value")] for c in row if c.endswith("_value")]
+    return [n for n in names if schema.declared_direction(split_perfvar(n)[0]) is None]

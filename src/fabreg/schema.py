@@ -34,18 +34,60 @@ NOT_PARAMETERS: frozenset[str] = frozenset({
 #: interfered while it measured), ``missing`` (no reference yet), ``warn``, ``ok``.
 VERDICTS: tuple[str, ...] = ("fail", "flaky", "inconclusive", "missing", "warn", "ok")
 
+#: Logged parameters and settings of the suite's checks that identify a series: two runs
+#: that differ in one of these are two series. (A column no check declares, from a site's
+#: own check, counts as a series parameter too: splitting a series is safer than merging.)
+SERIES_PARAMETERS: frozenset[str] = frozenset({
+    # the matrix
+    "mpi", "transport", "nodes", "num_nodes", "benchmark", "provider",
+    # per family
+    "buffer", "ucx_test", "ucx_tls", "message_size", "iterations", "completion", "qps",
+    "post_list", "case", "collective", "algorithm", "environment", "mode", "matrix_size",
+    "ranks", "layout", "fanin", "window", "count", "pairs", "blocks", "repeats",
+    "measured_ranks", "background_pairs", "background_size", "background_window",
+    "background_duty",
+    # ReFrame's own, logged by every check
+    "num_tasks", "num_tasks_per_node",
+})
+
+#: Which way each metric of the suite's checks is better, declared, never guessed: a rising
+#: ``loss_rate`` or ``comm_fraction`` is a regression even though its name says "rate".
+LOWER, HIGHER = "lower", "higher"
+METRIC_DIRECTIONS: dict[str, str] = {
+    # OSU, perftest, ucx_perftest
+    "latency": LOWER, "latency_avg": LOWER, "latency_p99": LOWER, "overhead": LOWER,
+    "overhead_avg": LOWER, "bandwidth": HIGHER, "busbw": HIGHER, "msgrate": HIGHER,
+    # streams
+    "rate_min": HIGHER, "rate_total": HIGHER, "loss_rate": LOWER, "fanin_share": HIGHER,
+    # tail latency
+    "p50": LOWER, "p99": LOWER, "max": LOWER, "p99_over_p50": LOWER, "loaded_p50": LOWER,
+    "loaded_p99": LOWER, "loaded_p99_over_p50": LOWER,
+    # matmul
+    "total": LOWER, "distribute": LOWER, "compute": LOWER, "gather": LOWER,
+    "comm_fraction": LOWER, "gflops": HIGHER,
+}
+
 _LOWER_UNITS = {"us", "usec", "ms", "s", "ns", "%comm"}
 _HIGHER_UNITS = {"MB/s", "GB/s", "Gbit/s", "Mbit/s", "msg/s", "Mmsg/s", "Mpps", "GFLOP/s"}
 _LOWER_WORDS = ("latency", "lat", "time", "p50", "p99", "max", "overhead", "loss", "ratio")
 _HIGHER_WORDS = ("bandwidth", "bw", "busbw", "rate", "throughput", "msgrate")
 
 
+def declared_direction(metric: str) -> str | None:
+    """``lower``/``higher`` for a metric the suite declares, else None."""
+    return METRIC_DIRECTIONS.get(metric)
+
+
 def lower_is_better(metric: str, unit: str | None = None) -> bool:
     """Direction of a metric: latency-like (lower is better) or bandwidth-like.
 
-    The unit decides when it is known; otherwise words in the metric name do;
-    unknown metrics count as lower-is-better only if they look like a time.
+    The suite's metrics are declared (``METRIC_DIRECTIONS``). For a site's own metric the
+    unit decides when it is known; otherwise words in the metric name do; an unknown metric
+    counts as lower-is-better only if it looks like a time.
     """
+    declared = declared_direction(metric)
+    if declared is not None:
+        return declared == LOWER
     if unit in _LOWER_UNITS:
         return True
     if unit in _HIGHER_UNITS or (unit or "").endswith("/s"):
