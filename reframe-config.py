@@ -161,6 +161,9 @@ site_configuration = {
                     'max_jobs': 1,
                     'extras': {
                         'max_nodes': 1,
+                        # One machine, not a cluster of like nodes: judged by this
+                        # host's baseline (`fabreg references calibrate`).
+                        'references_by_host': True,
                         # Spack here: Debian's OpenMPI/MPICH as externals
                         # (spack/sites/local.yaml); no MVAPICH2 and no OSU tarball in
                         # the local mirror, so the Spack provider builds the probes.

@@ -57,4 +57,6 @@ def test_cpu_times_grow_with_busy_work():
 def test_proc_stat_first_line_is_required():
     with pytest.raises(ValueError):
         procfs.parse_cpu_times("intr 1 2 3\n")
-    assert procfs.parse_cpu_times("cpu  1 2 3 4 5 6 7 8 9 10\n") == procfs.CpuTimes(9, 36)
+    times = procfs.parse_cpu_times("cpu  1 2 3 4 5 6 7 8 9 10\n")
+    assert times == procfs.CpuTimes(idle=9, total=36, interrupts=13)
+    assert times.busy == 1 + 2 + 3 + 8  # user, nice, system, steal

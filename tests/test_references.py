@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 from fabreg.errors import FabregError
-from fabreg.run.references import ReferenceTable, reference_file
+from fabreg.run.references import (
+    HOST_KEY_VARIABLE,
+    ReferenceTable,
+    host_key,
+    reference_file,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -18,17 +23,32 @@ def _table(text: str, tmp_path: Path) -> ReferenceTable:
     return ReferenceTable.load(path)
 
 
-def test_shipped_local_references_load_and_cover_every_osu_perf_variable():
+def test_shipped_local_references_hold_no_figure_measured_on_another_host():
     from fabreg.testlib.osu import BENCHMARKS
 
     table = ReferenceTable.load(reference_file(REPO / "checks", "local"))
-    for mpi in ("openmpi", "mpich"):
-        for bench, (metric, unit, sizes) in BENCHMARKS.items():
-            for size in sizes:
-                ref = table.lookup(benchmark=bench, metric=metric, size=size, mpi=mpi,
-                                   transport="shm", nodes=1)
-                assert ref is not None, (bench, size, mpi)
-                assert ref.unit == unit
+    for bench, (metric, _, sizes) in BENCHMARKS.items():
+        for size in sizes:
+            assert table.lookup(benchmark=bench, metric=metric, size=size, mpi="openmpi",
+                                transport="shm", nodes=1) is None, (bench, size)
+    fair = table.lookup(benchmark="fabreg_streams_fanin", metric="fanin_share", size=65536)
+    assert fair is not None and fair.value == 1.0
+
+
+@pytest.mark.parametrize("cpuinfo, cpus, key", [
+    ("model name\t: Intel(R) Xeon(R) Processor @ 2.50GHz\n", 2, "intel-xeon-2.50ghz-2cpu"),
+    ("processor\t: 0\nmodel name\t: AMD EPYC 7763 64-Core Processor\n", 128,
+     "amd-epyc-7763-64-core-128cpu"),
+    ("CPU part\t: 0xd0c\nModel\t: Raspberry Pi 4\n", 4, "raspberry-pi-4-4cpu"),
+])
+def test_host_key_names_the_cpu_model_and_count(monkeypatch, cpuinfo, cpus, key):
+    monkeypatch.delenv(HOST_KEY_VARIABLE, raising=False)
+    assert host_key(cpuinfo, cpus) == key
+
+
+def test_host_key_can_be_set(monkeypatch):
+    monkeypatch.setenv(HOST_KEY_VARIABLE, "Rack 7 / GPU nodes")
+    assert host_key("model name: x", 2) == "rack-7-gpu-nodes"
 
 
 def test_most_specific_row_wins(tmp_path):

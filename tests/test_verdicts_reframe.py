@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_reframe
+from conftest import REPO, fabreg, run_reframe
+
+from fabreg.run.references import host_key
 
 pytestmark = pytest.mark.slow
 
@@ -75,3 +77,41 @@ def test_a_failure_that_reproduces_fails_with_both_measurements(tmp_path):
     # a failed test stays in its stage directory
     measured = json.loads(next((tmp_path / "stage").rglob("measure.json")).read_text())
     assert all(len(v) == 6 for v in measured["values"].values())
+
+
+def test_a_new_host_is_missing_until_calibrated_then_judged_by_its_baseline(tmp_path):
+    checks = tmp_path / "checks"
+    checks.mkdir()
+    shutil.copy(REPO / "checks" / "osu.py", checks)
+    shutil.copytree(REPO / "checks" / "references", checks / "references")
+    latency = ["-n", "OsuLatency", "-p", "openmpi", "-S", "OsuLatency.iterations=2000"]
+    first = run_reframe("-r", *latency, "--repeat", "3", checks=checks,
+                        perflog_dir=tmp_path / "p1", cwd=tmp_path)
+    out = first.stdout + first.stderr
+    assert first.returncode == 0, out[-4000:]
+    assert "fabreg references calibrate --system local" in out  # the WARNING says how
+    lines = (tmp_path / "p1" / "local" / "default" / "OsuLatency.log").read_text().splitlines()
+    rows = [dict(zip(lines[0].split("|"), line.split("|"))) for line in lines[1:]]
+    assert len(rows) == 3 and {r["ref_status"] for r in rows} == {"missing"}
+    assert {r["host_key"] for r in rows} == {host_key()}
+
+    db = tmp_path / "fabreg.db"
+    fabreg("ingest", "-q", str(tmp_path / "p1"), db=db, check=True)
+    made = fabreg("references", "calibrate", "--system", "local", "--checks", str(checks),
+                  db=db, check=True)
+    baseline = checks / "references" / "local" / f"{host_key()}.yaml"
+    assert f"wrote {baseline}" in made.stdout
+    text = baseline.read_text()
+    assert "benchmark: osu_latency" in text and "size: 8," in text and "mpi: openmpi" in text
+    again = fabreg("references", "calibrate", "--system", "local", "--checks", str(checks),
+                   db=db)
+    assert again.returncode == 2 and "use --force" in again.stderr
+
+    second = run_reframe("-r", *latency, checks=checks, perflog_dir=tmp_path / "p2",
+                         cwd=tmp_path)
+    out = second.stdout + second.stderr
+    assert second.returncode == 0, out[-4000:]
+    lines = (tmp_path / "p2" / "local" / "default" / "OsuLatency.log").read_text().splitlines()
+    row = dict(zip(lines[0].split("|"), lines[-1].split("|")))
+    assert float(row["latency_8B_ref"]) > 0 and float(row["latency_1KB_ref"]) > 0
+    assert row["ref_status"] != "missing"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
-from conftest import have, run_reframe
+from conftest import REPO, have, run_reframe
 from test_matrix_reframe import derived_config
 
 from fabreg import schema
@@ -86,7 +87,9 @@ def test_ucx_perftest_runs_tcp_and_posix_and_skips_the_rest(tmp_path):
         assert row["transport_used"] == tl  # from UCX's own lane report
         assert row["ucx_tls"] == {"tcp": "tcp,self", "shm": "sm,self"}[tl]
         assert float(row["latency_8B_value"]) > 0 and row["latency_8B_unit"] == "us"
-        assert float(row["latency_8B_ref"]) > 0, f"{tl} has no reference"
+        # judged by this host's baseline, or missing until one is calibrated
+        assert row["host_key"] and json.loads(row["ref_keys"])["latency_8B"]["transport"] == tl
+        assert (float(row["latency_8B_ref"]) > 0) == (row["ref_status"] != "missing")
         assert float(row["msgrate_8B_value"]) > 0
         assert row["fabric_counters"].startswith("unavailable: no RDMA devices")
     assert "ucx_rc is unavailable to UCX on local:default: ucx_rc needs UCX transport" in out
@@ -124,16 +127,21 @@ def test_probe_checks_write_perflogs_with_references_and_counters(tmp_path):
     assert proc.returncode == 0, out[-4000:]
     (pair,) = _rows(perflogs, "Streams")
     assert pair["layout"] == "pair" and float(pair["rate_min_value"]) > 0
-    assert float(pair["rate_min_ref"]) > 0 and pair["loss_rate_value"] == "0.0"
+    assert pair["loss_rate_value"] == "0.0"
     (fanin,) = _rows(perflogs, "StreamsFanIn")
     assert float(fanin["fanin_share_value"]) > 0 and float(fanin["fanin_share_ref"]) == 1.0
     (mm,) = _rows(perflogs, "Matmul")
-    assert 0 < float(mm["comm_fraction_value"]) < 1 and float(mm["gflops_ref"]) > 0
+    assert 0 < float(mm["comm_fraction_value"]) < 1
     (tail,) = _rows(perflogs, "TailLatency")
     assert tail["collective"] == "allreduce" and tail["algorithm"] == "default"
-    assert float(tail["loaded_p99_value"]) > 0 and float(tail["p50_ref"]) > 0
+    assert float(tail["loaded_p99_value"]) > 0
     for row in (pair, fanin, mm, tail):
         assert undeclared_metrics(row) == []
+        # Measured figures are judged by this host's own baseline only; without one (a new
+        # host) they are missing, and the run says how to record one.
+        if not (REPO / "checks" / "references" / "local" / f"{row['host_key']}.yaml").exists():
+            assert row["ref_status"] == "missing", row["ref_status"]
+            assert "fabreg references calibrate --system local" in row["ref_notes"]
         assert row["fabric_counters"].startswith("unavailable: "), row["fabric_counters"]
         assert row["mpi"] == "openmpi" and row["provider"] == "fabreg-probes"
         assert row["transport"] == "shm" and row["nodes"] == "1"

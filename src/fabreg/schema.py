@@ -27,6 +27,8 @@ NOT_PARAMETERS: frozenset[str] = frozenset({
     # other work took on the job's nodes, whether Slurm gave the nodes exclusively, the spread
     # of the repeated measurements and the first value of a re-measured failure.
     "verdicts", "interference", "exclusive", "spread", "confirmation",
+    # Which host's baseline judged the run (references by host: local, minicluster).
+    "host_key",
 })
 
 #: What a judged value can be, worst news first where it matters to a reader:

@@ -10,6 +10,7 @@ from fabreg.errors import FabregError
 from fabreg.review import suggest
 from fabreg.review.perflog import parse_time
 from fabreg.review.store import Store, add_db_argument, db_path
+from fabreg.run.references import host_key, host_reference_file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,8 +41,47 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--force", action="store_true", help="let --out overwrite FILE")
     s.set_defaults(func=run_suggest)
 
+    c = sub.add_parser(
+        "calibrate", help="record this host's baseline from its stored runs",
+        description="Write checks/references/SYSTEM/HOST.yaml from the runs this host made "
+                    "(perflog column host_key), leaving out values measured under "
+                    "interference: the baseline a system that keys its references by host "
+                    "(local, minicluster) judges this host by. Run the checks a few times and "
+                    "'fabreg ingest' first (docs/references.md, 'Baselines per host').")
+    add_db_argument(c)
+    c.add_argument("--system", required=True, metavar="NAME",
+                   help="the ReFrame system (e.g. local, minicluster)")
+    c.add_argument("--host-key", metavar="KEY",
+                   help="whose runs (default: this host's, $FABREG_HOST_KEY or CPU model "
+                        "and count)")
+    c.add_argument("--checks", default="checks", metavar="DIR",
+                   help="the checks directory holding references/ (default %(default)s)")
+    c.add_argument("--since", metavar="TIME", help="only runs at or after TIME (ISO 8601)")
+    c.add_argument("--min-runs", type=int, default=suggest.DEFAULT_MIN_RUNS, metavar="N",
+                   help="values with fewer runs get no row (default %(default)s)")
+    c.add_argument("--warn", type=float, default=suggest.DEFAULT_WARN, metavar="F",
+                   help="smallest warning band, a fraction (default %(default)s)")
+    c.add_argument("--fail", type=float, default=suggest.DEFAULT_FAIL, metavar="F",
+                   help="smallest failure band, a fraction (default %(default)s)")
+    c.add_argument("--force", action="store_true", help="replace an existing baseline")
+    c.set_defaults(func=run_calibrate)
 
-def run_suggest(args: argparse.Namespace) -> int:
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    host = args.host_key or host_key()
+    checks = Path(args.checks)
+    if not checks.is_dir():
+        raise FabregError(f"{checks} is not a directory (give the checks directory: --checks)")
+    out = host_reference_file(checks, args.system, host)
+    if out.exists() and not args.force:
+        raise FabregError(f"{out} exists; use --force to replace this host's baseline")
+    args.out, args.force = str(out), True
+    out.parent.mkdir(exist_ok=True)
+    return run_suggest(args, lambda values: suggest.baseline_values(values, host),
+                       f"host {host}")
+
+
+def run_suggest(args: argparse.Namespace, select=None, whose: str = "") -> int:
     if args.min_runs < 1:
         raise FabregError(f"--min-runs must be at least 1, not {args.min_runs}")
     for name in ("warn", "fail"):
@@ -61,11 +101,14 @@ def run_suggest(args: argparse.Namespace) -> int:
         raise FabregError(f"{out} exists; use --force to overwrite it")
     with Store(db_path(args.db), create=False) as store:
         values = store.run_values(args.system, since)
+        if select is not None:
+            values = select(values)
         systems = store.systems() if not values else []
     if not values:
         known = ", ".join(systems) or "none"
         when = f" since {args.since}" if args.since else ""
-        raise FabregError(f"no runs of system {args.system!r}{when} in the store "
+        of = f" on {whose}" if whose else ""
+        raise FabregError(f"no runs of system {args.system!r}{of}{when} in the store "
                           f"{db_path(args.db)} (systems there: {known})")
     grouped = suggest.group_values(values)
     if not grouped.groups:

@@ -80,6 +80,8 @@ def system(environs: Sequence[str], paths: Paths | None = None) -> dict[str, Any
             "tcp_interfaces": [NODE_IFACE],
             # Detection would run in the host's namespace (no fab0 there), so declare.
             "transports": list(TRANSPORTS),
+            # All nodes share this one machine: its baseline, not another machine's.
+            "references_by_host": True,
         },
     )
     return {

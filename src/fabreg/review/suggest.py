@@ -116,6 +116,23 @@ def key_of(raw: Any) -> Key | None:
     return tuple(out)
 
 
+def baseline_values(values: Iterable[RunValue], host: str) -> list[RunValue]:
+    """The values a host's baseline rests on: measured on ``host`` and judged there (a value
+    measured while other work took the host's CPUs says nothing about the fabric)."""
+    out = []
+    for rv in values:
+        if rv.attrs.get("host_key") != host:
+            continue
+        try:
+            verdicts = json.loads(rv.attrs.get("verdicts") or "{}")
+        except ValueError:
+            verdicts = {}
+        if isinstance(verdicts, dict) and verdicts.get(rv.perfvar) == "inconclusive":
+            continue
+        out.append(rv)
+    return out
+
+
 def group_values(values: Iterable[RunValue]) -> Grouped:
     """Group values by the reference key their run logged for their performance variable."""
     groups: dict[Key, Group] = {}

@@ -14,6 +14,9 @@ When several rows match, the most specific one (fewest wildcards) wins.
 from __future__ import annotations
 
 import math
+import os
+import platform
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,8 +184,45 @@ def _parse_row(index: int, row: Any, defaults: dict[str, float], source: str) ->
 
 
 def reference_file(checks_dir: str | Path, system: str) -> Path:
-    """Where the references of ``system`` live."""
+    """Where the references of ``system`` as a whole live (a cluster's nodes are alike)."""
     return Path(checks_dir) / "references" / f"{system}.yaml"
+
+
+def host_reference_file(checks_dir: str | Path, system: str, host: str) -> Path:
+    """Where one host's baseline of ``system`` lives (``fabreg references calibrate``)."""
+    return Path(checks_dir) / "references" / system / f"{host}.yaml"
+
+
+#: Overrides the host key (e.g. to share one baseline between identical machines).
+HOST_KEY_VARIABLE = "FABREG_HOST_KEY"
+
+
+def host_key(cpuinfo: str | None = None, cpus: int | None = None) -> str:
+    """What identifies a host's baseline: its CPU model and CPU count, as a file name.
+
+    Not the host name: a CI runner or a VM gets a new name on every boot, while the same
+    kind of machine measures alike. ``$FABREG_HOST_KEY`` overrides it.
+    """
+    override = os.environ.get(HOST_KEY_VARIABLE)
+    if override:
+        return _slug(override)
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            cpuinfo = ""
+    model = ""
+    for line in cpuinfo.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in ("model name", "Model", "cpu model", "Processor") and value.strip():
+            model = value.strip()
+            break
+    model = re.sub(r"\((?:R|TM|tm|r)\)|\bCPU\b|\bProcessor\b", " ", model or platform.machine())
+    return _slug(f"{model} {cpus or os.cpu_count() or 1}cpu")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.") or "unknown-host"
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,8 @@ from fabreg.run.references import (
     Assessment,
     Reference,
     ReferenceTable,
+    host_key,
+    host_reference_file,
     reference_file,
     summarize,
 )
@@ -60,7 +62,14 @@ def load_table(path: Path) -> ReferenceTable | None:
 
 
 class ReferencesMixin(rfm.RegressionTestPlugin):
-    """Judge a check's performance variables against ``checks/references/<system>.yaml``."""
+    """Judge a check's performance variables against ``checks/references/<system>.yaml``.
+
+    A partition with ``extras['references_by_host']`` (``local``, ``minicluster``: one
+    machine, not a cluster of like nodes) is judged first by this host's baseline,
+    ``checks/references/<system>/<host key>.yaml`` (``fabreg references calibrate``); a
+    value neither file has a row for is ``missing``, a warning, never a failure on figures
+    measured elsewhere.
+    """
 
     #: Fail when a required value has no reference (the ``acceptance`` mode sets this).
     references_required = variable(typ.Bool, value=False, loggable=False)
@@ -74,23 +83,37 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
     ref_keys = variable(dict, value={}, loggable=True)
     #: Perf variable -> its verdict (``fabreg.schema.VERDICTS``) (perflog, JSON).
     verdicts = variable(dict, value={}, loggable=True)
+    #: The host's baseline key (``fabreg.run.references.host_key``) where the partition
+    #: keys its references by host, else empty (perflog).
+    host_key = variable(str, value="", loggable=True)
 
     def reference_keys(self) -> ReferenceKeys:
         """Performance variable -> (lookup key for ``ReferenceTable.lookup``, required?)."""
         return {}
 
     def reference_path(self) -> Path:
-        return reference_file(self.prefix, self.current_system.name)
+        """The file a missing value belongs in: the host's baseline or the system's file."""
+        return self.reference_paths()[0]
+
+    def reference_paths(self) -> list[Path]:
+        """The files that judge this run, first match wins."""
+        system = self.current_system.name
+        paths = [reference_file(self.prefix, system)]
+        if self.current_partition.extras.get("references_by_host"):
+            self.host_key = host_key()
+            paths.insert(0, host_reference_file(self.prefix, system, self.host_key))
+        return paths
 
     @run_after("setup")
     def check_reference_file(self) -> None:
         """A broken reference file fails the test before anything runs."""
-        load_table(self.reference_path())
+        for path in self.reference_paths():
+            load_table(path)
 
     def references(self) -> dict[str, Reference | None]:
         """Perf variable -> its reference row (None without one); known from setup on."""
-        table = load_table(self.reference_path())
-        return {var: table.lookup(**key) if table else None
+        tables = [t for t in map(load_table, self.reference_paths()) if t is not None]
+        return {var: next((r for t in tables if (r := t.lookup(**key))), None)
                 for var, (key, _) in self.reference_keys().items()}
 
     def qualify(self, assessments: list[Assessment]) -> dict[str, tuple[str, str]]:
@@ -104,7 +127,6 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
     @run_before("performance", always_last=True)
     def judge_against_references(self) -> None:
         path = self.reference_path()
-        table = load_table(path)
         keys = self.reference_keys()
         refs = self.references()
         bands = {var: ref.reframe_tuple() for var, ref in refs.items() if ref}
@@ -129,8 +151,10 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
                 value, _, _, unit = bands[var]
                 bands[var] = (value, None, None, unit)
         self.reference = {"*": bands}
-        if summary.missing and table is None:
-            self.ref_notes = f"no reference file {self._shown(path)}; " + summary.notes
+        if summary.missing and not path.is_file():
+            calibrate = (f" (record this host's baseline: fabreg references calibrate --system "
+                         f"{self.current_system.name})" if self.host_key else "")
+            self.ref_notes = f"no reference file {self._shown(path)}{calibrate}; " + summary.notes
         if summary.notes:
             getlogger().warning(f"{self.display_name}: {self.ref_notes}")
 
