@@ -59,9 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--since", metavar="TIME", help="only runs at or after TIME (ISO 8601)")
     c.add_argument("--min-runs", type=int, default=suggest.DEFAULT_MIN_RUNS, metavar="N",
                    help="values with fewer runs get no row (default %(default)s)")
-    c.add_argument("--warn", type=float, default=suggest.DEFAULT_WARN, metavar="F",
+    c.add_argument("--warn", type=float, default=suggest.BASELINE_WARN, metavar="F",
                    help="smallest warning band, a fraction (default %(default)s)")
-    c.add_argument("--fail", type=float, default=suggest.DEFAULT_FAIL, metavar="F",
+    c.add_argument("--fail", type=float, default=suggest.BASELINE_FAIL, metavar="F",
                    help="smallest failure band, a fraction (default %(default)s)")
     c.add_argument("--force", action="store_true", help="replace an existing baseline")
     c.set_defaults(func=run_calibrate)
@@ -77,11 +77,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
         raise FabregError(f"{out} exists; use --force to replace this host's baseline")
     args.out, args.force = str(out), True
     out.parent.mkdir(exist_ok=True)
-    return run_suggest(args, lambda values: suggest.baseline_values(values, host),
-                       f"host {host}")
+    return run_suggest(args, lambda values: suggest.baseline_values(values, host), host)
 
 
-def run_suggest(args: argparse.Namespace, select=None, whose: str = "") -> int:
+def run_suggest(args: argparse.Namespace, select=None, host: str = "") -> int:
+    """``suggest``, or with ``select`` and ``host`` the baseline ``calibrate`` writes."""
     if args.min_runs < 1:
         raise FabregError(f"--min-runs must be at least 1, not {args.min_runs}")
     for name in ("warn", "fail"):
@@ -107,7 +107,7 @@ def run_suggest(args: argparse.Namespace, select=None, whose: str = "") -> int:
     if not values:
         known = ", ".join(systems) or "none"
         when = f" since {args.since}" if args.since else ""
-        of = f" on {whose}" if whose else ""
+        of = f" on host {host}" if host else ""
         raise FabregError(f"no runs of system {args.system!r}{of}{when} in the store "
                           f"{db_path(args.db)} (systems there: {known})")
     grouped = suggest.group_values(values)
@@ -115,9 +115,10 @@ def run_suggest(args: argparse.Namespace, select=None, whose: str = "") -> int:
         raise FabregError(f"no run of system {args.system!r} logged reference keys "
                           "(perflog column ref_keys): run the checks with this fabreg "
                           "and ingest their perflogs")
-    rows, skipped = suggest.suggest(grouped, args.warn, args.fail, args.min_runs)
+    rows, skipped = suggest.suggest(grouped, args.warn, args.fail, args.min_runs,
+                                    baseline=bool(host))
     text = suggest.render(args.system, grouped, rows, skipped, args.warn, args.fail,
-                          args.min_runs)
+                          args.min_runs, baseline=host)
     if out is None:
         sys.stdout.write(text)
         return 0

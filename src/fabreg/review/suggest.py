@@ -43,6 +43,16 @@ MAD_TO_SIGMA = 1.4826
 HIGHER_IS_BETTER_CAP = 0.95
 VALUE_DIGITS = 3
 TOLERANCE_DIGITS = 2
+#: A host's baseline (``fabreg references calibrate``) judges best-of-k values, whose healthy
+#: runs spread little and one-sidedly: its bands are a multiple of the worst healthy run's
+#: distance from the median, so that what it catches is explicit ("a drop of 3x the worst
+#: healthy run"), instead of a sigma guessed from a handful of runs.
+WORST_WARN = 1.5
+WORST_FAIL = 3.0
+#: A baseline's smallest bands: a 25 % drop fails, half the smallest fault worth catching
+#: (a link at half speed), so a lucky quiet calibration cannot make healthy runs fail.
+BASELINE_WARN = 0.10
+BASELINE_FAIL = 0.25
 DEFAULT_WARN = 0.05
 DEFAULT_FAIL = 0.15
 DEFAULT_MIN_RUNS = 3
@@ -197,6 +207,24 @@ def tolerances(spread: float, lower_better: bool, warn_floor: float,
     return warn, fail
 
 
+def worst_deviation(values: Sequence[float], median: float, lower_better: bool) -> float:
+    """How far the worst run lies from the median on the worse side (a fraction)."""
+    if median <= 0:
+        return 0.0
+    sign = 1.0 if lower_better else -1.0
+    return max([0.0] + [sign * (v - median) / median for v in values])
+
+
+def baseline_tolerances(worst: float, lower_better: bool, warn_floor: float,
+                        fail_floor: float) -> tuple[float, float]:
+    """``(warn, fail)`` of a host baseline: WORST_WARN / WORST_FAIL x ``worst``, or the floors."""
+    cap = math.inf if lower_better else HIGHER_IS_BETTER_CAP
+    warn = max(warn_floor, min(cap, ceil_significant(WORST_WARN * worst, TOLERANCE_DIGITS)))
+    fail = max(fail_floor, min(cap, ceil_significant(WORST_FAIL * worst, TOLERANCE_DIGITS)),
+               warn)
+    return warn, fail
+
+
 def round_significant(x: float, digits: int = VALUE_DIGITS) -> float:
     """``x`` to ``digits`` significant digits (1234.5 -> 1230.0)."""
     return float(f"{x:.{digits}g}") if x else 0.0
@@ -212,9 +240,13 @@ def ceil_significant(x: float, digits: int = TOLERANCE_DIGITS) -> float:
 
 
 def suggest(grouped: Grouped, warn_floor: float = DEFAULT_WARN,
-            fail_floor: float = DEFAULT_FAIL,
-            min_runs: int = DEFAULT_MIN_RUNS) -> tuple[list[Suggestion], list[Skipped]]:
-    """One row per key with at least ``min_runs`` values; the other keys, with reasons."""
+            fail_floor: float = DEFAULT_FAIL, min_runs: int = DEFAULT_MIN_RUNS,
+            baseline: bool = False) -> tuple[list[Suggestion], list[Skipped]]:
+    """One row per key with at least ``min_runs`` values; the other keys, with reasons.
+
+    ``baseline``: bands from the worst healthy run (``baseline_tolerances``), for a host's
+    calibrated baseline; otherwise from the worse-side spread (``tolerances``).
+    """
     rows: list[Suggestion] = []
     skipped: list[Skipped] = []
     for key in sorted(grouped.groups, key=sort_key):
@@ -235,7 +267,11 @@ def suggest(grouped: Grouped, warn_floor: float = DEFAULT_WARN,
         metric = str(dict(key)["metric"])
         lower = lower_is_better(metric, unit)
         spread = worse_side_spread(group.values, median, lower)
-        warn, fail = tolerances(spread, lower, warn_floor, fail_floor)
+        if baseline:
+            warn, fail = baseline_tolerances(worst_deviation(group.values, median, lower),
+                                             lower, warn_floor, fail_floor)
+        else:
+            warn, fail = tolerances(spread, lower, warn_floor, fail_floor)
         value = round_significant(median)
         sign = 1.0 if lower else -1.0
         worse_by = [sign * (v - value) / value for v in group.values]
@@ -278,18 +314,24 @@ def row_text(s: Suggestion) -> str:
 
 
 def render(system: str, grouped: Grouped, rows: list[Suggestion], skipped: list[Skipped],
-           warn_floor: float, fail_floor: float, min_runs: int) -> str:
-    """The reference file for ``system``: header, defaults, one commented row per key."""
+           warn_floor: float, fail_floor: float, min_runs: int, baseline: str = "") -> str:
+    """The reference file for ``system``: header, defaults, one commented row per key.
+
+    ``baseline``: the host key when this is a host's calibrated baseline.
+    """
 
     def day(t: float) -> str:
         return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
 
+    rule = (f"{WORST_WARN:g}x / {WORST_FAIL:g}x the worst run's distance from the median"
+            if baseline else f"{K_WARN:g}x / {K_FAIL:g}x the runs' worse-side spread")
     lines = [
+        f"# Baseline of host {baseline} for the `{system}` system, written by `fabreg "
+        "references calibrate`" if baseline else
         f"# References for the `{system}` system suggested by `fabreg references suggest`",
         f"# from {grouped.runs} run(s) between {day(grouped.first)} and {day(grouped.last)}.",
         "# value: the median of the runs. warn/fail (fractions in the worse direction): the",
-        f"# defaults below, or {K_WARN:g}x / {K_FAIL:g}x the runs' worse-side spread where "
-        "that is wider",
+        f"# defaults below, or {rule} where that is wider",
         "# (docs/references.md). Review before committing: a busy host measures slower than "
         "a quiet one.",
     ]
