@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from fabreg.schema import NOT_PARAMETERS
+from fabreg.schema import NOT_PARAMETERS, SERIES_PARAMETERS
 
 #: Columns every fabreg perflog line starts with (reframe-config.py's format).
 FIXED_COLUMNS: tuple[str, ...] = (
@@ -260,37 +260,69 @@ class _Header:
     index: dict[str, int]
     perfvars: list[str]
     params: list[str]
+    #: perf variable -> column of each PERFVAR_SUFFIXES entry, -1 where the format lacks it
     perfvar_columns: list[tuple[str, tuple[int, ...]]]
     param_columns: list[tuple[str, int]]
     attr_columns: list[tuple[str, int]]
+    #: system and partition from the ``<system>/<partition>/`` path, for formats without them
+    place: tuple[str, str] = ("", "")
     memo: dict = field(default_factory=dict)  # raw name+attributes -> parsed
     numbers: dict = field(default_factory=dict)  # raw ref+thresholds -> floats
 
 
-def _parse_header(line: str) -> _Header:
+#: The columns without which a line cannot be placed in a series, whatever the format: when
+#: it finished and which test it was (system and partition may come from the path).
+_WHEN = ("job_completion_time", "job_completion_time_unix")
+_WHICH = ("name", "display_name")
+
+
+def _parse_header(line: str, source: str = "") -> _Header:
+    """Any ReFrame filelog header: fabreg's format, ReFrame's default, a site's own.
+
+    Columns are recognised by name, in any order: the time, the test's name, system,
+    partition and environment (system and partition from the ``<system>/<partition>/`` path
+    where the format has none), and per performance variable at least ``V_value`` and
+    ``V_unit``. ReFrame's own bookkeeping and ``fabreg.schema.NOT_PARAMETERS`` describe one
+    run; every other column is a parameter of the series.
+    """
     columns = line.rstrip("\n").split("|")
     while columns and columns[-1] == "":
         columns.pop()
     index = {name: i for i, name in enumerate(columns)}
-    missing = [c for c in REQUIRED_COLUMNS if c not in index]
-    if missing:
-        raise ValueError(f"header lacks column(s) {', '.join(missing)}")
+    if not any(c in index for c in _WHEN):
+        raise ValueError("header lacks column job_completion_time")
+    if not any(c in index for c in _WHICH):
+        raise ValueError("header lacks column name (or display_name)")
+    place = _place(source)
+    lacking = [c for c, known in (("system", place[0]), ("partition", place[1]))
+               if c not in index and not known]
+    if lacking:
+        raise ValueError(f"header lacks column(s) {', '.join(lacking)} and the file is not "
+                         "under <system>/<partition>/")
     perfvars = [c[: -len("_value")] for c in columns
-                if c.endswith("_value") and all(c[: -len("_value")] + s in index
-                                                 for s in PERFVAR_SUFFIXES)]
-    taken = set(FIXED_COLUMNS)
+                if c.endswith("_value") and c[: -len("_value")] + "_unit" in index]
+    taken = set(FIXED_COLUMNS) | set(_WHEN) | set(_WHICH)
     for var in perfvars:
         taken.update(var + s for s in PERFVAR_SUFFIXES)
-    params = [c for c in columns if c not in taken and c not in NOT_PARAMETERS]
-    perfvar_columns = [(v, tuple(index[v + suffix] for suffix in PERFVAR_SUFFIXES))
+    run_only = NOT_PARAMETERS | (REFRAME_TESTCASE_ATTRIBUTES - SERIES_PARAMETERS)
+    params = [c for c in columns if c not in taken and c not in run_only]
+    perfvar_columns = [(v, tuple(index.get(v + suffix, -1) for suffix in PERFVAR_SUFFIXES))
                        for v in perfvars]
     attrs = [c for c in columns if c in NOT_PARAMETERS and c not in ("hashcode", "tags")]
     return _Header(columns, index, perfvars, params, perfvar_columns,
-                   [(p, index[p]) for p in params], [(a, index[a]) for a in attrs])
+                   [(p, index[p]) for p in params], [(a, index[a]) for a in attrs], place)
+
+
+def _place(source: str) -> tuple[str, str]:
+    """(system, partition) from a ``.../<system>/<partition>/<Check>.log`` path."""
+    parts = Path(source).parts
+    return (parts[-3], parts[-2]) if len(parts) >= 3 else ("", "")
 
 
 def _is_header(line: str) -> bool:
-    return line.startswith("job_completion_time|")
+    """A header names its columns; no data line has a field called job_completion_time."""
+    return "job_completion_time" in line.split("|", 3)[:3] or line.startswith(
+        "job_completion_time")
 
 
 def read_perflog_lines(lines: Iterable[str], source: str) -> tuple[list[Sample], list[Problem]]:
@@ -304,7 +336,7 @@ def read_perflog_lines(lines: Iterable[str], source: str) -> tuple[list[Sample],
             continue
         if _is_header(line):
             try:
-                header = _parse_header(line)
+                header = _parse_header(line, source)
             except ValueError as err:
                 header = None
                 problems.append(Problem(source, lineno, f"bad header: {err}"))
@@ -328,13 +360,22 @@ def read_perflog_lines(lines: Iterable[str], source: str) -> tuple[list[Sample],
     return samples, problems
 
 
+def _field(fields: list[str], header: _Header, name: str, default: str = "") -> str:
+    i = header.index.get(name)
+    return fields[i].strip() if i is not None else default
+
+
 def _line_samples(header: _Header, fields: list[str], source: str) -> list[Sample]:
-    idx = header.index
-    time = parse_time(fields[idx["job_completion_time"]])
-    display = fields[idx["name"]].strip()
-    system = fields[idx["system"]].strip()
-    partition = fields[idx["partition"]].strip()
-    environ = fields[idx["environ"]].strip()
+    # The exact unix time where the format logs it (ReFrame's default has no UTC offset in
+    # job_completion_time); else the RFC 3339 time fabreg's format logs.
+    unix = _field(fields, header, "job_completion_time_unix")
+    time = parse_time(unix if unix not in _NULL_SPELLINGS else
+                      _field(fields, header, "job_completion_time"))
+    display = _field(fields, header, "name") or _field(fields, header, "display_name")
+    system = _field(fields, header, "system", header.place[0])
+    partition = _field(fields, header, "partition", header.place[1])
+    # A site format without the environment logs one environment per series.
+    environ = _field(fields, header, "environ", "-")
     if not (system and partition and environ):
         raise ValueError("empty system, partition or environ")
     # Runs of one series repeat the same name and attributes: parse them once.
@@ -350,8 +391,8 @@ def _line_samples(header: _Header, fields: list[str], source: str) -> list[Sampl
     test, params, param_key = cached
     if not test:
         raise ValueError("empty test name")
-    jobid = fields[idx["jobid"]].strip() if "jobid" in idx else ""
-    nodes = fields[idx["job_nodelist"]].strip() if "job_nodelist" in idx else ""
+    jobid = _field(fields, header, "jobid")
+    nodes = _field(fields, header, "job_nodelist")
     attrs = {}
     for name, i in header.attr_columns:
         value = _param_value(fields[i])
@@ -361,7 +402,8 @@ def _line_samples(header: _Header, fields: list[str], source: str) -> list[Sampl
               display, None, source, param_key, attrs)
     numbers = header.numbers
     out = []
-    for var, (iv, iu, ir, il, ih, ires) in header.perfvar_columns:
+    for var, (iv, iu, *rest) in header.perfvar_columns:
+        ref, lower, upper, result = (fields[i] if i >= 0 else "" for i in rest)
         try:
             value = float(fields[iv])
         except ValueError:
@@ -372,14 +414,13 @@ def _line_samples(header: _Header, fields: list[str], source: str) -> list[Sampl
         if value is None or not math.isfinite(value):
             continue  # a gap, never a zero
         try:
-            limits = numbers.get((fields[ir], fields[il], fields[ih]))
+            limits = numbers.get((ref, lower, upper))
             if limits is None:
-                limits = numbers[(fields[ir], fields[il], fields[ih])] = (
-                    _number(fields[ir]), _number(fields[il]), _number(fields[ih]))
+                limits = numbers[(ref, lower, upper)] = (
+                    _number(ref), _number(lower), _number(upper))
         except ValueError as err:
             raise ValueError(f"{var}: reference or threshold is not a number ({err})") from None
-        out.append(Sample(run, var, value, fields[iu].strip(), *limits,
-                          fields[ires].strip()))
+        out.append(Sample(run, var, value, fields[iu].strip(), *limits, result.strip()))
     return out
 
 
