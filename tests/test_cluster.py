@@ -1,10 +1,10 @@
 """The suite through real Slurm on an emulated 2-node cluster (network namespaces, bridge).
 
 Brings a cluster up in a temporary state directory, runs the quick subset on two nodes with
-MPI traffic crossing the bridge, calibrates this host's baseline, caps one link at half its calibrated
-bandwidth and sees the crossing bandwidth check fail (confirmed), restores it,
-then checks a hung job and a node that dies mid-run. The cluster is
-taken down by the fixture even when a test fails, and the teardown asserts that nothing is left.
+MPI traffic crossing the bridge, calibrates this host's baseline, caps one link at half its
+calibrated bandwidth and sees the crossing bandwidth check fail (confirmed), restores it, then
+checks a hung job and a node that dies mid-run. The cluster is taken down by the fixture even
+when a test fails, and the teardown asserts that nothing is left.
 """
 
 from __future__ import annotations
