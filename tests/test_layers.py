@@ -107,3 +107,38 @@ def test_architecture_doc_names_every_module():
                if p.name not in ("__init__.py", "__main__.py")
                and not re.search(rf"\b{re.escape(p.stem)}\b", tree)]
     assert unnamed == [], f"docs/architecture.md does not name: {', '.join(unnamed)}"
+
+
+def undocumented_variables(package: Path = PACKAGE) -> list[str]:
+    """testlib variables, parameters and fixtures without a ``#:`` comment that says what
+    they are, their ``:type:`` and their ``:default:`` (as ReFrame's hpctestlib does)."""
+    found = []
+    for path in sorted((package / "testlib").glob("*.py")):
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines):
+            m = re.match(r"\s+(\w+) = (variable|parameter|fixture)\(", line)
+            if not m:
+                continue
+            block = []
+            k = number - 1
+            while k >= 0 and lines[k].strip().startswith("#:"):
+                block.insert(0, lines[k].strip()[2:].strip())
+                k -= 1
+            text = [b for b in block if b and not b.startswith(":")]
+            if not (text and any(b.startswith(":type:") for b in block)
+                    and any(b.startswith(":default:") for b in block)):
+                found.append(f"{path.name}:{number + 1}: {m.group(1)}")
+    return found
+
+
+def test_testlib_variables_say_what_they_are_with_type_and_default():
+    assert undocumented_variables() == []
+
+
+def test_an_undocumented_variable_is_found(tmp_path):
+    (tmp_path / "testlib").mkdir()
+    (tmp_path / "testlib" / "x.py").write_text(
+        "class C:\n    #: Documented.\n    #:\n    #: :type: ``int``\n    #: :default: ``1``\n"
+        "    a = variable(int, value=1)\n    #: No type or default.\n    b = variable(int)\n"
+        "    c = parameter([1])\n")
+    assert undocumented_variables(tmp_path) == ["x.py:8: b", "x.py:9: c"]

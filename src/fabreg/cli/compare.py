@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.review import compare
-from fabreg.review.store import Store, add_db_argument, db_path
+from fabreg.review.store import Store
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -6,9 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
 from fabreg.review import export, trends
-from fabreg.review.store import Store, add_db_argument, db_path
+from fabreg.review.store import Store
 from fabreg.run import stress
 
 DEFAULT_PORT = 9105

@@ -6,11 +6,12 @@ import argparse
 import sys
 from datetime import datetime, timezone
 
+from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
 from fabreg.review import perflog
 from fabreg.review.compare import list_sessions
 from fabreg.review.progress import Progress
-from fabreg.review.store import Store, add_db_argument, db_path
+from fabreg.review.store import Store
 
 MAX_PROBLEMS_SHOWN = 20
 

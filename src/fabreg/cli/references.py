@@ -6,10 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
 from fabreg.review import suggest
 from fabreg.review.perflog import parse_time
-from fabreg.review.store import Store, add_db_argument, db_path
+from fabreg.review.store import Store
 from fabreg.run.references import host_key, host_reference_file
 
 

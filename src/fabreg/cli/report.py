@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.review import compare, trends
 from fabreg.review.progress import Progress
-from fabreg.review.store import Store, add_db_argument, db_path
+from fabreg.review.store import Store
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

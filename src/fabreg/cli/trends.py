@@ -7,11 +7,12 @@ import json
 import math
 from datetime import datetime, timezone
 
+from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
 from fabreg.review import trends
 from fabreg.review.perflog import parse_time
 from fabreg.review.progress import Progress
-from fabreg.review.store import Store, add_db_argument, db_path
+from fabreg.review.store import Store
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -161,18 +161,6 @@ class RunLink:
     session: str
 
 
-@dataclass
-class ReadResult:
-    """What reading some perflogs/results DBs produced."""
-
-    samples: list[Sample] = field(default_factory=list)
-    sessions: list[Session] = field(default_factory=list)
-    links: list[RunLink] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
-    files: int = 0
-    lines: int = 0
-
-
 def run_key(display_name: str, system: str, partition: str, environ: str, jobid: str,
             time: float) -> str:
     """The identity of one test-case run, computable from a perflog line and the results DB.

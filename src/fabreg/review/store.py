@@ -90,15 +90,6 @@ INSERT OR IGNORE INTO meta VALUES('schema_version', '1');
 """
 
 
-def db_path(given: str | None) -> Path:
-    """``--db`` if given, else ``$FABREG_DB``, else ``perflogs/fabreg.db``."""
-    return Path(given or os.environ.get("FABREG_DB") or DEFAULT_DB)
-
-
-def add_db_argument(parser) -> None:  # argparse.ArgumentParser
-    parser.add_argument("--db", metavar="PATH",
-                        help=f"the store (default: $FABREG_DB or {DEFAULT_DB})")
-
 
 @dataclass(frozen=True)
 class SeriesKey:
@@ -175,7 +166,6 @@ class IngestCount:
 class Store:
     """A connection to the fabreg SQLite store."""
 
-    _removed = 0
 
     def __init__(self, path: str | os.PathLike[str], create: bool = True,
                  timeout: float | None = None) -> None:
@@ -262,7 +252,7 @@ class Store:
                 self.conn.executemany("INSERT OR IGNORE INTO run_sessions VALUES(?,?)",
                                       [(link.run_key, link.session) for link in links])
                 runs = {id(s.run): s.run for s in samples}
-                run_ids = self._run_ids(list(runs.values()), from_results_db)
+                run_ids, removed = self._run_ids(list(runs.values()), from_results_db)
                 ids = self._series_ids(samples)
                 rows = []
                 for sid, s in zip(ids, samples):
@@ -274,7 +264,7 @@ class Store:
                 self.conn.executemany(
                     "INSERT OR IGNORE INTO samples(series_id, time, run_id, value, unit, ref, "
                     "lower_thres, upper_thres, result) VALUES(?,?,?,?,?,?,?,?,?)", rows)
-                count.added = max(0, self.conn.total_changes - before - self._removed)
+                count.added = max(0, self.conn.total_changes - before - removed)
                 self.conn.execute("COMMIT")
             except BaseException:
                 if self.conn.in_transaction:
@@ -284,9 +274,10 @@ class Store:
             raise self._error(err) from None
         return count
 
-    def _run_ids(self, runs: list[Run], from_results_db: bool) -> dict[int, int]:
-        """Insert runs; map id(Run) -> runs.id for the runs whose samples this file owns."""
-        self._removed = 0
+    def _run_ids(self, runs: list[Run], from_results_db: bool) -> tuple[dict[int, int], int]:
+        """Insert runs; map id(Run) -> runs.id for the runs whose samples this file owns, and
+        count the samples removed because a perflog took a run over from a results DB."""
+        removed = 0
         last_id = self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM runs").fetchone()[0]
         before = self.conn.total_changes
         self.conn.executemany(
@@ -325,7 +316,7 @@ class Store:
             self.conn.executemany("INSERT OR IGNORE INTO takeover VALUES(?)",
                                   [(i,) for i in takeover])
             self.conn.execute("DELETE FROM samples WHERE run_id IN (SELECT id FROM takeover)")
-            self._removed = self.conn.total_changes - before
+            removed = self.conn.total_changes - before
             self.conn.executemany("UPDATE runs SET from_results_db=0 WHERE id=?",
                                   [(i,) for i in takeover])
             # The perflog's view of the run's attributes wins too.
@@ -334,7 +325,7 @@ class Store:
                 "UPDATE runs SET attrs=? WHERE id=? AND run_key=?",
                 [(json.dumps(attrs[k], sort_keys=True), i, k)
                  for k, (i, _) in known.items() if i in set(takeover)])
-        return out
+        return out, removed
 
     def _series_ids(self, samples: Sequence[Sample]) -> list[int]:
         cache: dict[tuple, int] = {}

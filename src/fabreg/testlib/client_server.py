@@ -23,6 +23,9 @@ class ClientServerCheck(FabregCheck):
 
     #: Nodes: server and client on one node (loopback), or one on each of two nodes.
     #: (``int`` parameter; the values of 1 and 2 the partitions offer)
+    #:
+    #: :type: parameter
+    #: :default: values ``[n for n in node_counts() if n <= 2]``
     nodes = parameter([n for n in node_counts() if n <= 2])
 
     valid_prog_environs = ["builtin"]

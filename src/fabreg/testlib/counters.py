@@ -34,6 +34,9 @@ class FabricCounters(rfm.RegressionTestPlugin):
     """Mixin: read fabric counters before and after the job, log the deltas."""
 
     #: Counter deltas over the job, or why there are none (perflog column).
+    #:
+    #: :type: ``str``
+    #: :default: ``"unavailable: not read"``
     fabric_counters = variable(str, value="unavailable: not read", loggable=True)
 
     @run_before("run")

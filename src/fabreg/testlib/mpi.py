@@ -98,27 +98,51 @@ class MpiCheck(FabregCheck):
     valid_prog_environs = ["+mpi"]
 
     #: MPI implementation, from the environment (perflog column).
+    #:
+    #: :type: ``str``
+    #: :default: ``""``
     mpi = variable(str, value="", loggable=True)
 
     #: Number of nodes the job spans (perflog column).
+    #:
+    #: :type: ``int``
+    #: :default: ``1``
     num_nodes = variable(int, value=1, loggable=True)
 
     #: Extra launcher arguments (e.g. transport selection), placed before the executable.
+    #:
+    #: :type: ``list``
+    #: :default: ``[]``
     launch_options = variable(list, value=[], loggable=False)
 
     #: What carries the traffic (``fabreg.run.transport.TRANSPORTS``); the perflog's ``transport``.
+    #:
+    #: :type: parameter
+    #: :default: values ``list(tx.TRANSPORTS)``
     transport = parameter(list(tx.TRANSPORTS))
 
     #: Nodes the run spans: 1, 2, 4, ... up to the partitions' ``max_nodes``.
+    #:
+    #: :type: parameter
+    #: :default: values ``node_counts()``
     nodes = parameter(node_counts())
 
     #: Ranks per node; 0 lets the check decide (``placement``).
+    #:
+    #: :type: ``int``
+    #: :default: ``0``
     ranks_per_node = variable(int, value=0, loggable=False)
 
     #: Prove from the MPI's own logs which transport ran, and fail on a mismatch.
+    #:
+    #: :type: ``bool``
+    #: :default: ``True``
     verify_transport = variable(typ.Bool, value=True, loggable=False)
 
     #: The transport the run's logs show (``tcp``, ``tcp+shm``); perflog column.
+    #:
+    #: :type: ``str``
+    #: :default: ``""``
     transport_used = variable(str, value="", loggable=True)
 
     @run_after("init")

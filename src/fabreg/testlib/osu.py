@@ -59,16 +59,37 @@ class OsuBinaries(rfm.CompileOnlyRegressionTest):
     """Fixture: the OSU binaries of one environment (Spack, real OSU or the bundled probes)."""
 
     #: ``spack``, ``osu-prefix`` or ``fabreg-probes``.
+    #:
+    #: :type: ``str``
+    #: :default: ``""``
     provider = variable(str, value="")
     #: Install prefix (spack, osu-prefix) or build directory (probes).
+    #:
+    #: :type: ``str``
+    #: :default: ``""``
     location = variable(str, value="")
-    #: The Spack spec used (``name@version/hash7``), its full DAG hash, the spack.lock digest.
+    #: The Spack spec used (``name@version/hash7``; provider spack).
+    #:
+    #: :type: ``str``
+    #: :default: ``""``
     spack_spec = variable(str, value="")
+    #: The spec's full DAG hash (provider spack).
+    #:
+    #: :type: ``str``
+    #: :default: ``""``
     spack_hash = variable(str, value="")
+    #: The digest of the Spack environment's spack.lock (provider spack).
+    #:
+    #: :type: ``str``
+    #: :default: ``""``
     spack_lock = variable(str, value="")
 
     build_system = "Make"
 
+    #: The partition's Spack environment, installed once per partition.
+    #:
+    #: :type: fixture :class:`SpackStack`
+    #: :default: one per partition
     spack_stack = fixture(SpackStack, scope="partition")
 
     @run_after("setup")
@@ -141,24 +162,61 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
     """One OSU benchmark: its full size curve, sanity on every row, figures at chosen sizes."""
 
     #: OSU binary name, e.g. ``osu_latency``.
+    #:
+    #: :type: ``str``
+    #: :default: required (set by the subclass)
     benchmark = variable(str, loggable=True)
     #: Where the binary came from (perflog column).
+    #:
+    #: :type: ``str``
+    #: :default: ``""``
     provider = variable(str, value="", loggable=True)
     #: With provider spack: the spec (``name@version/hash7``), its DAG hash and the digest of
     #: the environment's spack.lock; a change here is a build change (perflog columns).
+    #:
+    #: :type: ``str``
+    #: :default: ``""``
     spack_spec = variable(str, value="", loggable=True)
+    #: The spec's full DAG hash (provider spack).
+    #:
+    #: :type: ``str``
+    #: :default: ``""``
     spack_hash = variable(str, value="", loggable=True)
+    #: The digest of the Spack environment's spack.lock (provider spack).
+    #:
+    #: :type: ``str``
+    #: :default: ``""``
     spack_lock = variable(str, value="", loggable=True)
     #: Message sizes that become performance variables.
+    #:
+    #: :type: ``list[int]``
+    #: :default: ``[]``
     perf_sizes = variable(typ.List[int], value=[], loggable=False)
     #: Largest size run (the curve spans 1 B .. max_size); defaults to the largest perf size.
+    #:
+    #: :type: ``int``
+    #: :default: ``0``
     max_size = variable(int, value=0, loggable=False)
     #: Iterations and warm-up per size; 0 keeps OSU's defaults.
+    #:
+    #: :type: ``int``
+    #: :default: ``0``
     iterations = variable(int, value=0, loggable=False)
+    #: Warm-up iterations per size; 0 keeps OSU's default.
+    #:
+    #: :type: ``int``
+    #: :default: ``0``
     warmup = variable(int, value=0, loggable=False)
     #: Run with OSU's data validation (``-c``) and fail on any failed size.
+    #:
+    #: :type: ``bool``
+    #: :default: ``True``
     validate = variable(bool, value=True, loggable=False)
 
+    #: The benchmark binaries of this environment.
+    #:
+    #: :type: fixture :class:`OsuBinaries`
+    #: :default: one per environment
     osu_binaries = fixture(OsuBinaries, scope="environment")
 
     time_limit = "10m"
@@ -272,6 +330,10 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
 class OsuPointToPoint(OsuCheck):
     """A two-rank OSU test: two ranks on one node (shm), else one rank on each of two nodes."""
 
+    #: Nodes: at most two (one rank on each, or both ranks on one).
+    #:
+    #: :type: parameter
+    #: :default: inherited, filtered
     nodes = parameter(inherit_params=True, filter_params=lambda counts: [
         n for n in counts if n <= 2])
 

@@ -45,12 +45,25 @@ class PerftestCheck(ClientServerCheck):
     """One perftest benchmark over the full size sweep."""
 
     #: perftest program, e.g. ``ib_write_bw`` (perflog column).
+    #:
+    #: :type: ``str``
+    #: :default: required (set by the subclass)
     benchmark = variable(str, loggable=True)
     #: Sizes that become performance variables.
+    #:
+    #: :type: ``list``
+    #: :default: ``[]``
     perf_sizes = variable(list, value=[], loggable=False)
+    #: Iterations per size (``-n``), logged.
+    #:
+    #: :type: ``int``
+    #: :default: ``1000``
     iterations = variable(int, value=1000, loggable=True)
     #: Skip on a local partition whose host lists no RDMA device (set False to let
     #: perftest itself say so at run time).
+    #:
+    #: :type: ``bool``
+    #: :default: ``True``
     detect_devices = variable(typ.Bool, value=True, loggable=False)
 
     time_limit = "10m"

@@ -72,19 +72,40 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
     """
 
     #: Fail when a required value has no reference (the ``acceptance`` mode sets this).
+    #:
+    #: :type: ``bool``
+    #: :default: ``False``
     references_required = variable(typ.Bool, value=False, loggable=False)
     #: Worst verdict over the values: ``ok``, ``warn``, ``missing`` or ``fail`` (perflog).
+    #:
+    #: :type: ``str``
+    #: :default: ``""``
     ref_status = variable(str, value="", loggable=True)
     #: Signed relative deviation per value, positive = better, None = no reference (perflog).
+    #:
+    #: :type: ``dict``
+    #: :default: ``{}``
     deviation = variable(dict, value={}, loggable=True)
     #: The values that are not ``ok``, in words (perflog).
+    #:
+    #: :type: ``str``
+    #: :default: ``""``
     ref_notes = variable(str, value="", loggable=True)
     #: Perf variable -> the key its reference row is looked up by (perflog, JSON).
+    #:
+    #: :type: ``dict``
+    #: :default: ``{}``
     ref_keys = variable(dict, value={}, loggable=True)
     #: Perf variable -> its verdict (``fabreg.schema.VERDICTS``) (perflog, JSON).
+    #:
+    #: :type: ``dict``
+    #: :default: ``{}``
     verdicts = variable(dict, value={}, loggable=True)
     #: The host's baseline key (``fabreg.run.references.host_key``) where the partition
     #: keys its references by host, else empty (perflog).
+    #:
+    #: :type: ``str``
+    #: :default: ``""``
     host_key = variable(str, value="", loggable=True)
 
     def reference_keys(self) -> ReferenceKeys:

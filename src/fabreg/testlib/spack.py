@@ -132,10 +132,19 @@ class SpackStack(rfm.RunOnlyRegressionTest):
     """
 
     #: Whether Spack builds here (False: a note only, checks use the probes).
+    #:
+    #: :type: ``bool``
+    #: :default: ``False``
     active = variable(bool, value=False)
     #: Why Spack is or is not used, for the log.
+    #:
+    #: :type: ``str``
+    #: :default: ``""``
     reason = variable(str, value="")
     #: Digest of the environment's spack.lock after the install ("" until then).
+    #:
+    #: :type: ``str``
+    #: :default: ``""``
     lock = variable(str, value="")
 
     valid_systems = ["*"]

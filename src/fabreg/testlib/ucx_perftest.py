@@ -38,13 +38,35 @@ class UcxPerftestCheck(ClientServerCheck):
     # Subclasses define the parameters ``ucx_test`` (``-t``), ``transport`` and
     # ``buffer`` (``host``/``cuda``, ``-m``).
 
+    #: Message size in bytes (``-s``), logged.
+    #:
+    #: :type: ``int``
+    #: :default: required (set by the subclass)
     message_size = variable(int, loggable=True)
+    #: Iterations (``-n``), logged.
+    #:
+    #: :type: ``int``
+    #: :default: ``2000``
     iterations = variable(int, value=2000, loggable=True)
     #: "latency" for ping-pong tests, "overhead" for streaming ones (the perf variable names).
+    #:
+    #: :type: ``str``
+    #: :default: ``"latency"``
     time_metric = variable(str, value="latency", loggable=False)
+    #: Benchmark name in the perflog.
+    #:
+    #: :type: ``str``
+    #: :default: ``"ucx_perftest"``
     benchmark = variable(str, value="ucx_perftest", loggable=True)
     #: The UCX_TLS the run used, and the lanes UCX reported (perflog columns).
+    #:
+    #: :type: ``str``
+    #: :default: ``""``
     ucx_tls = variable(str, value="", loggable=True)
+    #: The lanes UCX reported, as fabreg transports (perflog column).
+    #:
+    #: :type: ``str``
+    #: :default: ``""``
     transport_used = variable(str, value="", loggable=True)
 
     time_limit = "5m"

@@ -79,10 +79,20 @@ class ProbeCheck(MpiCheck):
     """
 
     #: The probe (perflog column), e.g. ``fabreg_streams``.
+    #:
+    #: :type: ``str``
+    #: :default: required (set by the subclass)
     benchmark = variable(str, loggable=True)
     #: Where the binary came from (perflog column).
+    #:
+    #: :type: ``str``
+    #: :default: ``providers.PROBES``
     provider = variable(str, value=providers.PROBES, loggable=True)
 
+    #: The workload probes built with this environment's MPI.
+    #:
+    #: :type: fixture :class:`WorkloadProbes`
+    #: :default: one per environment
     workload_probes = fixture(WorkloadProbes, scope="environment")
 
     time_limit = "5m"
