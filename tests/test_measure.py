@@ -99,13 +99,13 @@ def test_the_meter_counts_marked_processes_as_the_jobs_own(tmp_path):
     token = "t" + str(os.getpid())
     env = dict(os.environ, **{TOKEN_VARIABLE: token})
     meter = InterferenceMeter(token, interval=0.1).start()
+    # 1.2 s of CPU time, however busy the host is
     busy = subprocess.Popen([sys.executable, "-c",
-                             "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"],
-                            env=env)
+                             "import time\nwhile time.process_time() < 1.2: pass"], env=env)
     busy.wait()
     figure = meter.stop()
     assert figure.own_cpu_s >= 1.0, figure
-    assert figure.seconds >= 1.4 and figure.host_cpus == (os.cpu_count() or 1)
+    assert figure.seconds >= 1.0 and figure.host_cpus == (os.cpu_count() or 1)
 
 
 def test_a_benchmark_hanging_after_complete_results_is_ended_and_its_values_kept(tmp_path):

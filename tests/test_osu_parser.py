@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from fabreg.run.parsers.osu import TITLES, parse_osu, powers_of_two, table_problem
+from fabreg.run.parsers.osu import (
+    TITLES,
+    element_bytes,
+    expected_sizes,
+    parse_osu,
+    powers_of_two,
+    table_problem,
+)
 
 
 def _text(golden, name: str) -> str:
@@ -130,3 +139,30 @@ def test_missing_benchmark_exit_127(golden):
     r = parse_osu(_text(golden, "mpich-ucx-tcp-loginfo-osu_latency.txt"))
     assert r.title is None
     assert "No such file or directory" in "\n".join(r.preamble)
+
+
+REAL = Path(__file__).parent / "data" / "real" / "osu"
+
+
+@pytest.mark.parametrize("name, version, datatype, element", [
+    ("archer2-osu7.5-allreduce-mpi_int.txt", "7.5", "MPI_INT", 4),
+    ("archer2-osu5.7-allreduce.txt", "5.7", None, 4),
+])
+def test_collective_tables_start_at_one_element_of_their_datatype(name, version, datatype,
+                                                                  element):
+    result = parse_osu((REAL / name).read_text())
+    assert (result.version, result.datatype) == (version, datatype)
+    assert element_bytes(result, "osu_allreduce") == element
+    sizes = expected_sizes(result, "osu_allreduce", 1, 1 << 20)
+    assert sizes[0] == 4 and sizes[-1] == 1 << 20
+    assert table_problem(result, "osu_allreduce", sizes) is None
+    # demanding 1 B and 2 B rows, as fabreg did, failed every current OSU collective
+    assert "no data row for 2 requested size(s): 1, 2" in table_problem(
+        result, "osu_allreduce", powers_of_two(1, 1 << 20))
+    assert result.value(1 << 20) > result.value(4) > 0
+
+
+def test_a_one_byte_datatype_still_demands_one_byte_rows(golden):
+    result = parse_osu(_text(golden, "openmpi-shm-osu_allreduce-2ranks.txt"))
+    assert result.datatype == "MPI_CHAR"
+    assert expected_sizes(result, "osu_allreduce", 1, 64)[0] == 1

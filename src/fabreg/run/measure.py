@@ -93,7 +93,9 @@ class _Watch:
 
     def __init__(self, proc: subprocess.Popen[bytes], path: Path, sizes: list[int],
                  echo: bool) -> None:
-        self.proc, self.path, self.missing, self.echo = proc, path, set(sizes), echo
+        # OSU prints sizes in increasing order: the largest one ends the table (its smallest
+        # depends on the datatype, which the run itself reports).
+        self.proc, self.path, self.last, self.echo = proc, path, max(sizes), echo
         self.complete_at: float | None = None
         self.thread = threading.Thread(target=self._copy, daemon=True)
         self.thread.start()
@@ -107,10 +109,9 @@ class _Watch:
                 if self.echo:
                     sys.stdout.buffer.write(line)
                     sys.stdout.flush()
-                if (m := _ROW.match(line)) and self.missing:
-                    self.missing.discard(int(m.group(1)))
-                    if not self.missing:
-                        self.complete_at = time.monotonic()
+                if self.complete_at is None and (m := _ROW.match(line)) and int(
+                        m.group(1)) == self.last:
+                    self.complete_at = time.monotonic()
 
 
 def run_once(command: list[str], options: list[str], sizes: list[int], output: Path,

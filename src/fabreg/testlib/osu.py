@@ -27,7 +27,13 @@ from reframe.core.exceptions import ReframeError, SanityError
 
 from fabreg.metrics import perfvar_name
 from fabreg.run import busbw, measure, providers
-from fabreg.run.parsers.osu import OsuResult, parse_osu, powers_of_two, table_problem
+from fabreg.run.parsers.osu import (
+    OsuResult,
+    expected_sizes,
+    parse_osu,
+    powers_of_two,
+    table_problem,
+)
 from fabreg.schema import lower_is_better
 from fabreg.testlib.base import reframe_errors
 from fabreg.testlib.measurement import RepeatedMeasurement
@@ -280,7 +286,9 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
 
     @sanity_function
     def assert_complete_table(self) -> bool:
-        problem = table_problem(self.parsed(), self.benchmark, powers_of_two(1, self.max_size))
+        result = self.parsed()
+        sizes = expected_sizes(result, self.benchmark, 1, self.max_size)
+        problem = table_problem(result, self.benchmark, sizes)
         if problem:
             raise SanityError(problem)
         return True

@@ -113,6 +113,31 @@ def parse_osu(text: str) -> OsuResult:
     return result
 
 
+#: Bytes per element of the datatypes OSU's ``-T`` selects and its ``# Datatype:`` line names.
+DATATYPE_BYTES: dict[str, int] = {
+    "MPI_CHAR": 1, "MPI_SIGNED_CHAR": 1, "MPI_UNSIGNED_CHAR": 1, "MPI_BYTE": 1,
+    "MPI_SHORT": 2, "MPI_UNSIGNED_SHORT": 2, "MPI_INT": 4, "MPI_UNSIGNED": 4,
+    "MPI_FLOAT": 4, "MPI_LONG": 8, "MPI_UNSIGNED_LONG": 8, "MPI_LONG_LONG": 8,
+    "MPI_DOUBLE": 8, "MPI_LONG_DOUBLE": 16,
+}
+#: Reductions OSU ran on MPI_FLOAT before it printed a datatype line (5.x to 7.0).
+_FLOAT_REDUCTIONS = ("osu_allreduce", "osu_reduce", "osu_reduce_scatter", "osu_iallreduce",
+                     "osu_ireduce")
+
+
+def element_bytes(result: OsuResult, benchmark: str) -> int:
+    """The smallest message the run can have: one element of its datatype."""
+    if result.datatype:
+        return DATATYPE_BYTES.get(result.datatype.upper(), 1)
+    return 4 if benchmark in _FLOAT_REDUCTIONS else 1
+
+
+def expected_sizes(result: OsuResult, benchmark: str, low: int, high: int) -> list[int]:
+    """The sizes a run of ``-m low:high`` must print: none below one element (OSU 7.5's
+    collectives default to MPI_INT, so their tables start at 4 B)."""
+    return powers_of_two(max(low, element_bytes(result, benchmark)), high)
+
+
 def header_matches(result: OsuResult, benchmark: str) -> bool:
     """Did the output come from ``benchmark`` (e.g. ``osu_latency``)?"""
     return result.title == TITLES.get(benchmark)
