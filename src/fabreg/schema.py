@@ -29,6 +29,8 @@ NOT_PARAMETERS: frozenset[str] = frozenset({
     "verdicts", "interference", "exclusive", "spread", "confirmation",
     # Which host's baseline judged the run (references by host: local, minicluster).
     "host_key",
+    # Why the tail-latency check could not judge the background's effect (a busy host).
+    "tail_verdict",
 })
 
 #: What a judged value can be, worst news first where it matters to a reader:

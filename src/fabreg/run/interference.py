@@ -4,7 +4,9 @@ Interference only ever makes a fabric look worse, so a failing value measured wh
 work competed for the CPUs cannot be called a regression. The job's own processes carry a
 marker in their environment (``FABREG_MEASURE_TOKEN``, inherited by launchers, proxies and
 ranks, on every node that ``srun`` reaches); everything else that used a CPU meanwhile is
-*other work*: ``/proc/stat``'s busy time minus the marked processes' CPU time.
+*other work*: ``/proc/stat``'s busy time minus the marked processes' CPU time and minus the
+kernel's own threads (``ksoftirqd``, ``kworker``: children of ``kthreadd``), which carry the
+benchmark's network traffic when the stack is loaded, e.g. behind a rate limit.
 
 On the emulated cluster all nodes share the host's CPUs and PID space, so the figure covers
 every node. On a real cluster it covers the node that runs the job script.
@@ -12,15 +14,23 @@ every node. On a real cluster it covers the node that runs the job script.
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from fabreg.run import procfs
 
 #: The environment variable that marks the job's own processes.
 TOKEN_VARIABLE = "FABREG_MEASURE_TOKEN"
+
+#: The kernel's thread parent: its children are the kernel's own threads.
+KTHREADD = 2
 
 #: Other work's share of the host's CPU time above which a measurement is contended: 10 %
 #: is a fifth of a core on a 2-core node, far above what daemons and ReFrame's polling take.
@@ -35,13 +45,15 @@ class Interference:
     seconds: float
     #: CPUs of the host.
     host_cpus: int
-    #: CPU-seconds used by everything on the host, and by the job's own processes.
+    #: CPU-seconds used by everything on the host, by the job's own processes and by the
+    #: kernel's threads.
     busy_cpu_s: float
     own_cpu_s: float
+    kernel_cpu_s: float = 0.0
 
     @property
     def other_cpu_s(self) -> float:
-        return max(0.0, self.busy_cpu_s - self.own_cpu_s)
+        return max(0.0, self.busy_cpu_s - self.own_cpu_s - self.kernel_cpu_s)
 
     @property
     def share(self) -> float:
@@ -80,6 +92,7 @@ class InterferenceMeter:
         self.own_pid = os.getpid() if own_pid is None else own_pid
         self._ticks: dict[tuple[int, int], int] = {}  # (pid, start) -> last CPU ticks seen
         self._checked: dict[tuple[int, int], bool] = {}  # (pid, start) -> marked?
+        self._kernel: dict[tuple[int, int], list[int]] = {}  # kthread -> [first, last] ticks
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._hz = os.sysconf("SC_CLK_TCK")
@@ -88,6 +101,7 @@ class InterferenceMeter:
         self._t0 = time.monotonic()
         self._cpu0 = procfs.cpu_times()
         self._self0 = procfs.read_stat(self.own_pid)
+        self._sample()  # the kernel threads' CPU time so far
         self._thread.start()
         return self
 
@@ -97,6 +111,9 @@ class InterferenceMeter:
             if stat is None or pid == self.own_pid:
                 continue
             key = (pid, stat.start)
+            if stat.ppid == KTHREADD or pid == KTHREADD:
+                self._kernel.setdefault(key, [stat.cpu_ticks, 0])[1] = stat.cpu_ticks
+                continue
             if key not in self._checked:
                 self._checked[key] = _marked(pid, self.marker)
             if self._checked[key]:
@@ -115,6 +132,53 @@ class InterferenceMeter:
         me0, me1 = self._self0, procfs.read_stat(self.own_pid)
         mine = (me1.cpu_ticks - me0.cpu_ticks) if me0 and me1 else 0
         own_ticks = sum(self._ticks.values()) + mine
+        kernel_ticks = sum(last - first for first, last in self._kernel.values())
         return Interference(seconds=time.monotonic() - self._t0, host_cpus=os.cpu_count() or 1,
                             busy_cpu_s=(cpu1.busy - self._cpu0.busy) / self._hz,
-                            own_cpu_s=own_ticks / self._hz)
+                            own_cpu_s=own_ticks / self._hz,
+                            kernel_cpu_s=kernel_ticks / self._hz)
+
+def exclusive_allocation() -> str:
+    """``yes``/``no`` from Slurm for this job's nodes, ``local`` outside a Slurm job."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return "local"
+    try:
+        text = subprocess.run(["scontrol", "show", "job", job], capture_output=True,
+                              text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    m = re.search(r"\bOverSubscribe=(\S+)", text)
+    if not m:
+        return "unknown"
+    return "yes" if m.group(1) in ("NO", "EXCLUSIVE", "USER", "MCS") else "no"
+
+
+def sample_until(out: Path, stop: Path, token: str, interval: float = 0.25) -> Interference:
+    """Meter until ``stop`` exists (the job's last command creates it); write the figure."""
+    meter = InterferenceMeter(token, interval).start()
+    while not stop.exists():
+        time.sleep(interval)
+    figure = meter.stop()
+    out.write_text(json.dumps({**figure.as_dict(), "exclusive": exclusive_allocation()}) + "\n")
+    return figure
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fabreg.run.interference OUT STOPFILE``: meter a job's whole run.
+
+    Started in the background by the job's first command with ``FABREG_MEASURE_TOKEN`` set
+    for the whole job; the token marks every process of the job as its own.
+    """
+    args = sys.argv[1:] if argv is None else argv
+    token = os.environ.get(TOKEN_VARIABLE)
+    if len(args) != 2 or not token:
+        print(f"usage: {TOKEN_VARIABLE}=... python -m fabreg.run.interference OUT STOPFILE",
+              file=sys.stderr)
+        return 2
+    sample_until(Path(args[0]), Path(args[1]), token)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -34,7 +34,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabreg.run.interference import CONTENDED_SHARE, TOKEN_VARIABLE, InterferenceMeter
+from fabreg.run.interference import (
+    CONTENDED_SHARE,
+    TOKEN_VARIABLE,
+    InterferenceMeter,
+    exclusive_allocation,
+)
 from fabreg.run.parsers.osu import parse_osu
 
 RESULT = "measure.json"
@@ -231,20 +236,6 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     return result
 
 
-def exclusive_allocation() -> str:
-    """``yes``/``no`` from Slurm for this job's nodes, ``local`` outside a Slurm job."""
-    job = os.environ.get("SLURM_JOB_ID")
-    if not job:
-        return "local"
-    try:
-        text = subprocess.run(["scontrol", "show", "job", job], capture_output=True,
-                              text=True, timeout=20).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    m = re.search(r"\bOverSubscribe=(\S+)", text)
-    if not m:
-        return "unknown"
-    return "yes" if m.group(1) in ("NO", "EXCLUSIVE", "USER", "MCS") else "no"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,7 @@ from reframe.core.exceptions import ReframeError
 
 from fabreg.run import providers
 from fabreg.testlib.base import reframe_errors
+from fabreg.testlib.metering import MeteredJob
 from fabreg.testlib.mpi import MpiCheck, unavailable_reason
 from fabreg.testlib.references import ReferenceKeys
 
@@ -70,7 +71,7 @@ def launcher_argv(check: Any, num_tasks: int) -> list[str]:
                        "give the environment a 'launcher' in its extras")
 
 
-class ProbeCheck(MpiCheck):
+class ProbeCheck(MeteredJob, MpiCheck):
     """An MPI check that runs one of fabreg's workload probes.
 
     Subclasses give ``placement()`` (nodes, ranks per node) for each ``nodes``
