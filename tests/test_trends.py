@@ -147,3 +147,15 @@ def test_cli_trends_without_store_is_one_clear_line(tmp_path: Path, run_fabreg):
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert proc.stderr.startswith("fabreg: error: no store at")
+
+
+def test_trends_on_a_store_without_series_fails_the_gate(tmp_path, run_fabreg):
+    """A nightly whose ingest found nothing must not pass its gate (exit 3)."""
+    log = tmp_path / "perflogs" / "site" / "batch" / "Check.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("job_completion_time|name|system|partition|environ|x_value|x_unit\n")
+    db = tmp_path / "fabreg.db"
+    assert run_fabreg("ingest", str(tmp_path / "perflogs"), db=db).returncode == 0
+    proc = run_fabreg("trends", db=db)
+    assert proc.returncode == 3
+    assert "holds no series: nothing to judge" in proc.stderr

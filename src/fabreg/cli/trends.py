@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from datetime import datetime, timezone
 
 from fabreg.cli.store_option import add_db_argument, db_path
@@ -50,6 +51,11 @@ def analyse_store(args: argparse.Namespace, quiet: bool = False) -> list[trends.
                           progress=progress)
 
 
+#: Exit status of ``trends`` on a store without a series (0: no open regression, 1: one is
+#: open, 2: bad input).
+EXIT_NO_DATA = 3
+
+
 def run(args: argparse.Namespace) -> int:
     since = -math.inf
     if args.since:
@@ -58,6 +64,11 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:
             raise FabregError(f"--since: {err}") from None
     verdicts = analyse_store(args, quiet=args.quiet or args.format == "json")
+    if not verdicts:
+        # A gate that passes on no data would stay green while nothing was measured.
+        print(f"fabreg: error: the store {db_path(args.db)} holds no series: nothing to judge "
+              "(did ingest find your perflogs? see its problem count)", file=sys.stderr)
+        return EXIT_NO_DATA
     rows = []
     for v in verdicts:
         for c in v.changes:
