@@ -281,6 +281,50 @@ def test_a_link_capped_at_half_its_calibrated_bandwidth_fails_then_restore_passe
     assert fast.returncode == 0, (fast.stdout + fast.stderr)[-4000:]
 
 
+def _iperf_mbits(server_ns: str | None, server_ip: str, client_ns: str) -> float:
+    """Megabits per second from ``client_ns`` to an iperf3 server at ``server_ip``."""
+    prefix = ["ip", "netns", "exec", server_ns] if server_ns else []
+    server = subprocess.Popen([*prefix, "iperf3", "-s", "-1", "-B", server_ip, "-p", "5399"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(50):
+            client = subprocess.run(["ip", "netns", "exec", client_ns, "iperf3", "-c", server_ip,
+                                     "-p", "5399", "-t", "2", "-J"],
+                                    capture_output=True, text=True, timeout=60)
+            if client.returncode == 0:
+                report = json.loads(client.stdout)
+                return report["end"]["sum_received"]["bits_per_second"] / 1e6
+            time.sleep(0.1)
+        raise AssertionError(client.stdout + client.stderr)
+    finally:
+        server.kill()
+        server.wait()
+
+
+@pytest.mark.skipif(shutil.which("iperf3") is None, reason="iperf3 is not installed")
+def test_a_link_cap_shapes_only_the_traffic_between_its_two_nodes(cluster):
+    deg = cluster.fabreg("degrade", "node1", "--peer", "node2", "--rate", "200mbit")
+    assert deg.returncode == 0, deg.stderr
+    try:
+        assert "link node1<->node2: DEGRADED to 200mbit" in cluster.fabreg("status").stdout
+        for ns in ("fabreg-node1", "fabreg-node2"):
+            shown = subprocess.run(["ip", "netns", "exec", ns, "tc", "class", "show", "dev",
+                                    "fab0"], capture_output=True, text=True).stdout
+            assert "rate 200Mbit" in shown, shown
+        capped = _iperf_mbits("fabreg-node2", "10.88.0.12", "fabreg-node1")
+        back = _iperf_mbits("fabreg-node1", "10.88.0.11", "fabreg-node2")
+        to_bridge = _iperf_mbits(None, "10.88.0.1", "fabreg-node1")  # not the peer: unshaped
+        assert capped < 220 and back < 220, (capped, back)
+        assert to_bridge > 2 * 220, to_bridge
+        again = cluster.fabreg("degrade", "node2", "--rate", "100mbit")
+        assert again.returncode == 2 and "a node cap and a link cap do not combine" in again.stderr
+    finally:
+        restored = cluster.fabreg("restore", "node2")
+    assert restored.returncode == 0 and "node1" in restored.stdout  # the link's other end too
+    assert "DEGRADED" not in cluster.fabreg("status").stdout
+    assert _iperf_mbits("fabreg-node2", "10.88.0.12", "fabreg-node1") > 2 * 220
+
+
 def test_reservation_pins_the_run_to_the_reserved_node(cluster, tmp_path):
     """An acceptance run pinned with FABREG_RESERVATION lands on the reserved node only."""
     made = cluster.slurm("scontrol", "create", "reservation", "reservationname=fabric-change",

@@ -47,8 +47,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="also delete the logs and the state directory")
     p.set_defaults(func=_down)
 
-    p = sub.add_parser("degrade", help="cap one node's link (tbf qdisc, both directions)")
+    p = sub.add_parser("degrade", help="cap one node's link, or the link between two nodes "
+                                       "(--peer), both directions")
     p.add_argument("node", metavar="NODE", help="node name (node2) or number (2)")
+    p.add_argument("--peer", metavar="NODE2",
+                   help="cap only the traffic between NODE and NODE2 (htb, u32 filters)")
     p.add_argument("--rate", required=True, help="rate in tc syntax, e.g. 1gbit, 200mbit")
     p.set_defaults(func=_degrade)
 
@@ -103,6 +106,10 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _degrade(args: argparse.Namespace) -> int:
+    if args.peer:
+        shown = faults.degrade_link(_paths(args), args.node, args.peer, args.rate)
+        print(f"degraded the link {args.node}<->{args.peer} to {args.rate}: {shown}")
+        return 0
     shown = faults.degrade(_paths(args), args.node, args.rate)
     print(f"degraded {args.node} to {args.rate}: {shown}")
     return 0

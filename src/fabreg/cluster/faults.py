@@ -1,9 +1,12 @@
-"""Faults injected into a running cluster: a slow link, a dead node.
+"""Faults injected into a running cluster: a slow node, a slow link, a dead node.
 
-A node's link is capped in both directions (a tbf qdisc on the bridge-side veth
+A node's whole link is capped in both directions (a tbf qdisc on the bridge-side veth
 shapes traffic to the node, one on the node's own interface traffic from it), so a
-bandwidth test sees the cap whichever rank sends. ``netem`` is not available on
-these machines; ``tbf`` is.
+bandwidth test sees the cap whichever rank sends. A *link* between two nodes is capped
+alone: each node's interface gets an htb qdisc whose default class is unlimited and whose
+class for the peer (a u32 filter on the peer's address) carries the rate, so traffic to
+every other node keeps full speed. ``netem`` is not available on these machines; ``tbf``
+and ``htb`` are.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ def degrade(paths: Paths, node: str, rate: str) -> str:
     host = st.layout.host_veth(index)
     if not network.link_exists(host):
         raise FabregError(f"{name} has no link ({host} missing); run `fabreg cluster up`")
+    links = [k for k in st.degraded if "<->" in k and name in k.split("<->")]
+    if links:
+        raise FabregError(f"the link {links[0]} is capped; `fabreg cluster restore {name}` "
+                          "first (a node cap and a link cap do not combine)")
     network.degrade(host, rate)
     network.run(
         network.in_namespace(st.layout.namespace(index),
@@ -45,21 +52,73 @@ def degrade(paths: Paths, node: str, rate: str) -> str:
     return network.qdisc(host) or ""
 
 
+#: The unlimited class of a node's htb: far above what a veth carries.
+_UNLIMITED = "100gbit"
+
+
+def link_key(a: str, b: str) -> str:
+    """How the state file names the link between two nodes (order-free)."""
+    return "<->".join(sorted((a, b)))
+
+
+def degrade_link(paths: Paths, node: str, peer: str, rate: str) -> str:
+    """Cap only the traffic between ``node`` and ``peer`` at ``rate``, both ways."""
+    network.check_rate(rate)
+    st = _running(paths, "degrade")
+    ends = [st.layout.node_index(node), st.layout.node_index(peer)]
+    if ends[0] == ends[1]:
+        raise FabregError(f"--peer must be another node than {node}")
+    names = [f"node{i}" for i in ends]
+    for name in names:
+        if name in st.degraded:
+            raise FabregError(f"{name}'s whole link is capped; `fabreg cluster restore {name}` "
+                              "first (a node cap and a link cap do not combine)")
+    for here, there in (ends, ends[::-1]):
+        ns = st.layout.namespace(here)
+        if not network.qdisc_in(ns, NODE_IFACE, kind="htb"):
+            network.run(network.in_namespace(ns, [
+                "tc", "qdisc", "replace", "dev", NODE_IFACE, "root", "handle", "1:", "htb",
+                "default", "1"]), f"shaping node{here}'s {NODE_IFACE}")
+            network.run(network.in_namespace(ns, [
+                "tc", "class", "replace", "dev", NODE_IFACE, "parent", "1:", "classid", "1:1",
+                "htb", "rate", _UNLIMITED]), f"node{here}'s unlimited class")
+        classid = f"1:{10 + there}"
+        network.run(network.in_namespace(ns, [
+            "tc", "class", "replace", "dev", NODE_IFACE, "parent", "1:", "classid", classid,
+            "htb", "rate", rate, "ceil", rate]), f"node{here}'s class for node{there}")
+        network.quiet(network.in_namespace(ns, [
+            "tc", "filter", "del", "dev", NODE_IFACE, "parent", "1:", "prio", str(there)]))
+        network.run(network.in_namespace(ns, [
+            "tc", "filter", "add", "dev", NODE_IFACE, "parent", "1:", "protocol", "ip",
+            "prio", str(there), "u32", "match", "ip", "dst", f"{st.layout.node_ip(there)}/32",
+            "flowid", classid]), f"node{here}'s traffic to node{there}")
+    st.degraded[link_key(*names)] = rate
+    statefile.save(paths, st)
+    return f"htb {rate} between {names[0]} and {names[1]}"
+
+
 def restore(paths: Paths, node: str | None) -> list[str]:
-    """Remove the caps of ``node`` (all nodes when None); returns the nodes restored."""
+    """Remove the caps of ``node`` and of the links it ends (all nodes when None); returns
+    the nodes restored (a capped link's other end included)."""
     st = _running(paths, "restore")
-    indices = [st.layout.node_index(node)] if node else range(1, st.layout.nodes + 1)
+    names = [f"node{st.layout.node_index(node)}"] if node else st.layout.node_names()
+    for key in [k for k in st.degraded if "<->" in k]:
+        ends = key.split("<->")
+        if set(ends) & set(names):
+            names += [e for e in ends if e not in names]
     restored = []
-    for index in indices:
-        name = f"node{index}"
+    for name in names:
+        index = st.layout.node_index(name)
+        ns = st.layout.namespace(index)
         removed = network.restore(st.layout.host_veth(index))
-        ns_cmd = network.in_namespace(st.layout.namespace(index),
-                                      ["tc", "qdisc", "del", "dev", NODE_IFACE, "root"])
-        if network.qdisc_in(st.layout.namespace(index), NODE_IFACE):
-            removed |= network.quiet(ns_cmd)
-        if removed or name in st.degraded:
+        if network.qdisc_in(ns, NODE_IFACE) or network.qdisc_in(ns, NODE_IFACE, kind="htb"):
+            removed |= network.quiet(network.in_namespace(
+                ns, ["tc", "qdisc", "del", "dev", NODE_IFACE, "root"]))
+        links = [k for k in st.degraded if "<->" in k and name in k.split("<->")]
+        if removed or name in st.degraded or links:
             restored.append(name)
-        st.degraded.pop(name, None)
+        for key in [name, *links]:
+            st.degraded.pop(key, None)
     statefile.save(paths, st)
     return restored
 

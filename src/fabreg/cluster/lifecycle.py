@@ -266,6 +266,9 @@ def status(paths: Paths) -> tuple[str, bool]:
             f"slurm {slurm}{extra}, link "
             + (f"DEGRADED to {st.degraded.get(node, '?')}" if link else "full speed")
         )
+    for key, rate in sorted(st.degraded.items()):
+        if "<->" in key:
+            lines.append(f"  link {key}: DEGRADED to {rate}")
     return "\n".join(lines), healthy
 
 

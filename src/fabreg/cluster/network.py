@@ -184,14 +184,14 @@ def qdisc(link: str) -> str | None:
     return _tbf(["tc", "qdisc", "show", "dev", link])
 
 
-def qdisc_in(ns: str, link: str) -> str | None:
-    """The tbf qdisc on ``link`` inside namespace ``ns``, or None."""
-    return _tbf(in_namespace(ns, ["tc", "qdisc", "show", "dev", link]))
+def qdisc_in(ns: str, link: str, kind: str = "tbf") -> str | None:
+    """The ``kind`` qdisc (tbf, htb) on ``link`` inside namespace ``ns``, or None."""
+    return _tbf(in_namespace(ns, ["tc", "qdisc", "show", "dev", link]), kind)
 
 
-def _tbf(argv: Sequence[str]) -> str | None:
+def _tbf(argv: Sequence[str], kind: str = "tbf") -> str | None:
     done = subprocess.run(list(argv), capture_output=True, text=True, check=False)
     for line in done.stdout.splitlines():
-        if line.startswith("qdisc tbf"):
+        if line.startswith(f"qdisc {kind}"):
             return line.strip()
     return None
