@@ -159,3 +159,39 @@ def test_trends_on_a_store_without_series_fails_the_gate(tmp_path, run_fabreg):
     proc = run_fabreg("trends", db=db)
     assert proc.returncode == 3
     assert "holds no series: nothing to judge" in proc.stderr
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_two_odd_runs_at_the_end_are_a_suspect_not_a_regression(seed):
+    """The nightly gate must not fail on two noisy nights; a third confirms the level."""
+    rng = np.random.default_rng(seed)
+    stable = 10.0 * np.exp(rng.normal(0, 0.03, 40))  # latency, 3 % noise
+    two = np.concatenate([stable, [15.0, 15.2]])       # +50 %: two odd nights
+    verdict, changes, _ = trends.detect_values(two, lower_better=True)
+    assert verdict in (trends.SUSPECT, trends.STABLE), (verdict, changes)
+    if changes:
+        assert changes[-1].index == 40  # placed on the first odd night, not a normal one
+    three = np.concatenate([stable, [15.0, 15.2, 14.9]])
+    verdict, changes, _ = trends.detect_values(three, lower_better=True)
+    assert verdict == trends.REGRESSION and changes[-1].index == 40
+    assert 40 < changes[-1].shift_pct < 60  # the shift as it is, not understated
+
+
+def test_the_gate_can_fail_on_suspects(tmp_path, run_fabreg):
+    from fabreg.review.synthetic import DAY, EPOCH  # noqa: F401  (the generator's clock)
+
+    log = tmp_path / "perflogs" / "site" / "batch" / "Check.log"
+    log.parent.mkdir(parents=True)
+    rows = ["job_completion_time|name|system|partition|environ|latency_value|latency_unit"]
+    rng = np.random.default_rng(1)
+    values = list(10.0 * np.exp(rng.normal(0, 0.03, 30))) + [15.0, 15.1]
+    for day, value in enumerate(values):
+        rows.append(f"{1790000000 + day * 86400}|Check|site|batch|env|{value:.4f}|us")
+    log.write_text("\n".join(rows) + "\n")
+    db = tmp_path / "fabreg.db"
+    assert run_fabreg("ingest", str(tmp_path / "perflogs"), db=db).returncode == 0
+    quiet = run_fabreg("trends", db=db)
+    assert quiet.returncode == 0, quiet.stdout
+    assert "1 suspect(s)" in quiet.stdout and "SUSPECT" in quiet.stdout
+    strict = run_fabreg("trends", "--fail-on", "suspect", db=db)
+    assert strict.returncode == 1

@@ -23,6 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "Exit status 1 when a series' most recent change is a regression.")
     add_db_argument(p)
     p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--fail-on", choices=("regression", "suspect"), default="regression",
+                   help="exit 1 on an open regression (default), or on a suspect too: a "
+                        f"change at the end of a series with fewer than {trends.CONFIRM_RUNS} "
+                        "runs at its new level")
     p.add_argument("--alpha", type=float, default=trends.ALPHA,
                    help="significance level of a change point (default %(default)s)")
     p.add_argument("--min-shift", type=float, default=trends.MIN_SHIFT_PCT, metavar="PCT",
@@ -75,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
             t = float(v.series.time[c.index])
             if t >= since:
                 rows.append((v, c, t))
-    open_regressions = [v for v in verdicts if v.open_regression
+    gating = (trends.REGRESSION, trends.SUSPECT) if args.fail_on == "suspect" else (
+        trends.REGRESSION,)
+    open_regressions = [v for v in verdicts if v.verdict in gating
                         and float(v.series.time[v.changes[-1].index]) >= since]
     if args.format == "json":
         print(json.dumps([{"series": v.series.key.as_json_object(), "time": iso(t),
@@ -98,5 +104,7 @@ def run(args: argparse.Namespace) -> int:
                   f"(session {v.series.session[c.index]})")
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     print(f"{len(verdicts)} series: {summary or 'none'}; "
-          f"{len(open_regressions)} open regression(s)")
+          f"{sum(v.open_regression for v in verdicts)} open regression(s), "
+          f"{sum(v.suspect for v in verdicts)} suspect(s) awaiting "
+          f"{trends.CONFIRM_RUNS} runs at the new level")
     return 1 if open_regressions else 0

@@ -37,8 +37,13 @@ MIN_RUN = 3
 CLIP_SIGMAS = 3.0
 NOISE_FLOOR = 1e-3  # relative: 0.1 %, so constant series do not divide by zero
 MIN_SHIFT_PCT = 1.0
+#: Runs at a new level that make a change at the end of a series a regression; with fewer it
+#: is a ``suspect``: two odd nights at the end of a stable series are noise until a third
+#: run confirms the level.
+CONFIRM_RUNS = 3
 
 REGRESSION = "regression"
+SUSPECT = "suspect"
 IMPROVEMENT = "improvement"
 STABLE = "stable"
 TOO_FEW = "too few points"
@@ -53,7 +58,7 @@ class Change:
     ci_low_pct: float
     ci_high_pct: float
     pvalue: float
-    verdict: str  # REGRESSION or IMPROVEMENT
+    verdict: str  # REGRESSION, SUSPECT (a regression not yet confirmed) or IMPROVEMENT
     before: float  # typical value (geometric mean) before and after
     after: float
 
@@ -68,6 +73,10 @@ class SeriesVerdict:
     @property
     def open_regression(self) -> bool:
         return self.verdict == REGRESSION
+
+    @property
+    def suspect(self) -> bool:
+        return self.verdict == SUSPECT
 
 
 @dataclass
@@ -166,9 +175,20 @@ def change_points(values: np.ndarray, alpha: float = ALPHA,
     return sorted(set(cps)), prep
 
 
+def first_at_new_level(y: np.ndarray, a: int, k: int, b: int) -> int:
+    """Move a split forward past runs that still sit at the old level: the change is
+    placed on the first run at the new level, never on a normal run before it."""
+    while k < b - 1:
+        left, right = float(np.median(y[a:k])), float(np.median(y[k:b]))
+        if abs(y[k] - left) >= abs(y[k] - right):
+            break
+        k += 1
+    return k
+
+
 def detect_values(values: np.ndarray, lower_better: bool, alpha: float = ALPHA,
-                  min_run: int = MIN_RUN, min_shift_pct: float = MIN_SHIFT_PCT
-                  ) -> tuple[str, list[Change], float]:
+                  min_run: int = MIN_RUN, min_shift_pct: float = MIN_SHIFT_PCT,
+                  confirm_runs: int = CONFIRM_RUNS) -> tuple[str, list[Change], float]:
     """(verdict, changes, noise %) for a plain array of values, oldest first."""
     values = np.asarray(values, dtype=float)
     if len(values) < 2 * min_run:
@@ -177,25 +197,33 @@ def detect_values(values: np.ndarray, lower_better: bool, alpha: float = ALPHA,
     n = len(values)
     bounds = [0] + cps + [n]
     changes = []
+    # Clipping tames outliers for the search, but at the end of a series it also pulls a
+    # new level towards the old one: place and size each change on the unclipped values,
+    # by segment medians (robust to the outliers clipping was for).
+    raw = np.log(values) if prep.log else values / prep.scale
     for j, k in enumerate(cps):
         a, b = bounds[j], bounds[j + 2]
-        left, right = prep.y[a:k], prep.y[k:b]
-        d = float(np.mean(right) - np.mean(left))
+        k = first_at_new_level(raw, a, k, b)
+        left, right = raw[a:k], raw[k:b]
+        d = float(np.median(right) - np.median(left))
         se = prep.sigma * math.sqrt(1 / len(left) + 1 / len(right))
         p = min(1.0, (b - a - 2 * min_run + 1) * math.erfc(abs(d) / se / math.sqrt(2)))
         if prep.log:
             pct = [math.expm1(x) * 100 for x in (d, d - 1.96 * se, d + 1.96 * se)]
-            before, after = math.exp(float(np.mean(left))), math.exp(float(np.mean(right)))
+            before, after = (math.exp(float(np.median(left))),
+                             math.exp(float(np.median(right))))
         else:
-            base = abs(float(np.mean(left))) or 1.0
+            base = abs(float(np.median(left))) or 1.0
             pct = [x / base * 100 for x in (d, d - 1.96 * se, d + 1.96 * se)]
-            before = float(np.mean(left)) * prep.scale
-            after = float(np.mean(right)) * prep.scale
+            before = float(np.median(left)) * prep.scale
+            after = float(np.median(right)) * prep.scale
         if abs(pct[0]) < min_shift_pct:
             continue
         worse = (d > 0) if lower_better else (d < 0)
-        changes.append(Change(k, pct[0], pct[1], pct[2], p,
-                              REGRESSION if worse else IMPROVEMENT, before, after))
+        verdict = IMPROVEMENT
+        if worse:
+            verdict = SUSPECT if b == n and n - k < confirm_runs else REGRESSION
+        changes.append(Change(k, pct[0], pct[1], pct[2], p, verdict, before, after))
     verdict = changes[-1].verdict if changes else STABLE
     noise = math.expm1(prep.sigma) * 100 if prep.log else prep.sigma * 100
     return verdict, changes, noise
