@@ -3,7 +3,8 @@
 The job runs a script from ``fabreg.run.client_server``: on one node both sides run
 there, on two nodes (a Slurm allocation) the server runs on the first and the client on
 the second, each through ``srun``. The client's output is the job's stdout; the
-server's is kept in ``server.out``.
+server's is kept in ``server.out``. The job is metered (``MeteredJob``): a failure measured
+while other work took the CPUs is ``inconclusive``.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from reframe.core.builtins import parameter, run_after
 
 from fabreg.run import client_server
 from fabreg.testlib.base import FabregCheck, free_port, node_counts
+from fabreg.testlib.metering import MeteredJob
 
 
-class ClientServerCheck(FabregCheck):
+class ClientServerCheck(MeteredJob, FabregCheck):
     """Base of the checks that run one server and one client, one task per node."""
 
     #: Nodes: server and client on one node (loopback), or one on each of two nodes.
