@@ -4,6 +4,7 @@ measured again and fails only if it reproduces."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -41,16 +42,23 @@ def _row(perflogs: Path) -> dict[str, str]:
     return dict(zip(lines[0].split("|"), lines[-1].split("|")))
 
 
-def test_a_failing_value_under_a_cpu_hog_is_inconclusive(tmp_path):
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+@contextlib.contextmanager
+def cpu_hogs(n: int):
+    """``n`` busy loops beside the suite, ended by PID when the block ends."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
     try:
-        proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL,
-                           checks=_checks(tmp_path), perflog_dir=tmp_path / "perflogs",
-                           cwd=tmp_path)
+        yield
     finally:
         for hog in hogs:
             hog.kill()
             hog.wait()
+
+
+def test_a_failing_value_under_a_cpu_hog_is_inconclusive(tmp_path):
+    with cpu_hogs(2):
+        proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL,
+                           checks=_checks(tmp_path), perflog_dir=tmp_path / "perflogs",
+                           cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "inconclusive (other work took" in out
@@ -120,15 +128,10 @@ def test_a_new_host_is_missing_until_calibrated_then_judged_by_its_baseline(tmp_
 def test_tail_latency_on_a_busy_host_is_inconclusive_never_a_sanity_failure(tmp_path):
     """Four CPU hogs on two cores raise the quiet tail as much as the background does: the
     check cannot judge the background's effect, says so, and does not fail."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4)]
-    try:
+    with cpu_hogs(4):
         proc = run_reframe("-r", "-p", "openmpi", "-n", "TailLatency%.*case=alltoall:default",
                            "-S", "TailLatency.iterations=200", "-S", "TailLatency.blocks=4",
                            perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     lines = (tmp_path / "perflogs" / "local" / "default" / "TailLatency.log").read_text()

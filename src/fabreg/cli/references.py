@@ -26,18 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "(perflog column ref_keys) and print a reference file: value = median, "
                     "warn/fail = the given floors or a multiple of the worse-side run-to-run "
                     "spread where that is wider. Run 'fabreg ingest' first.")
-    add_db_argument(s)
-    s.add_argument("--system", required=True, metavar="NAME",
-                   help="the ReFrame system whose runs to use (e.g. local)")
-    s.add_argument("--since", metavar="TIME",
-                   help="only runs at or after TIME (ISO 8601), e.g. after a fabric change")
-    s.add_argument("--min-runs", type=int, default=suggest.DEFAULT_MIN_RUNS, metavar="N",
-                   help="keys with fewer values become a comment, not a row "
-                        "(default %(default)s)")
-    s.add_argument("--warn", type=float, default=suggest.DEFAULT_WARN, metavar="F",
-                   help="smallest warning band, a fraction (default %(default)s)")
-    s.add_argument("--fail", type=float, default=suggest.DEFAULT_FAIL, metavar="F",
-                   help="smallest failure band, a fraction (default %(default)s)")
+    _add_run_selection(s, suggest.DEFAULT_WARN, suggest.DEFAULT_FAIL)
     s.add_argument("--out", metavar="FILE", help="write the file here instead of stdout")
     s.add_argument("--force", action="store_true", help="let --out overwrite FILE")
     s.set_defaults(func=run_suggest)
@@ -49,23 +38,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "interference: the baseline a system that keys its references by host "
                     "(local, minicluster) judges this host by. Run the checks a few times and "
                     "'fabreg ingest' first (docs/references.md, 'Baselines per host').")
-    add_db_argument(c)
-    c.add_argument("--system", required=True, metavar="NAME",
-                   help="the ReFrame system (e.g. local, minicluster)")
+    _add_run_selection(c, suggest.BASELINE_WARN, suggest.BASELINE_FAIL)
     c.add_argument("--host-key", metavar="KEY",
                    help="whose runs (default: this host's, $FABREG_HOST_KEY or CPU model "
                         "and count)")
     c.add_argument("--checks", default="checks", metavar="DIR",
                    help="the checks directory holding references/ (default %(default)s)")
-    c.add_argument("--since", metavar="TIME", help="only runs at or after TIME (ISO 8601)")
-    c.add_argument("--min-runs", type=int, default=suggest.DEFAULT_MIN_RUNS, metavar="N",
-                   help="values with fewer runs get no row (default %(default)s)")
-    c.add_argument("--warn", type=float, default=suggest.BASELINE_WARN, metavar="F",
-                   help="smallest warning band, a fraction (default %(default)s)")
-    c.add_argument("--fail", type=float, default=suggest.BASELINE_FAIL, metavar="F",
-                   help="smallest failure band, a fraction (default %(default)s)")
     c.add_argument("--force", action="store_true", help="replace an existing baseline")
     c.set_defaults(func=run_calibrate)
+
+
+def _add_run_selection(p: argparse.ArgumentParser, warn: float, fail: float) -> None:
+    """The options suggest and calibrate share: which runs, how many, the smallest bands."""
+    add_db_argument(p)
+    p.add_argument("--system", required=True, metavar="NAME",
+                   help="the ReFrame system whose runs to use (e.g. local, minicluster)")
+    p.add_argument("--since", metavar="TIME",
+                   help="only runs at or after TIME (ISO 8601), e.g. after a fabric change")
+    p.add_argument("--min-runs", type=int, default=suggest.DEFAULT_MIN_RUNS, metavar="N",
+                   help="keys with fewer values become a comment, not a row "
+                        "(default %(default)s)")
+    p.add_argument("--warn", type=float, default=warn, metavar="F",
+                   help="smallest warning band, a fraction (default %(default)s)")
+    p.add_argument("--fail", type=float, default=fail, metavar="F",
+                   help="smallest failure band, a fraction (default %(default)s)")
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
