@@ -238,15 +238,19 @@ def test_a_link_capped_at_half_its_calibrated_bandwidth_fails_then_restore_passe
         cluster, tmp_path):
     """The smallest fault users need caught, as a site would meet it: calibrate this host's
     minicluster baseline from its own runs, cap one node's link at half the calibrated
-    bandwidth, see the crossing bandwidth check fail (confirmed), restore it, see it pass."""
+    bandwidth, see the crossing bandwidth check fail (confirmed), restore it, see it pass.
+
+    Best of 5 per job and 8 calibration jobs: on this 2-core VM one healthy job in about
+    twenty runs ~25 % slow in all its repeats (ranks and the network's softirqs sharing
+    cores), and the baseline's band follows its worst healthy job."""
     checks = tmp_path / "checks"
     checks.mkdir()
     shutil.copy(REPO / "checks" / "osu.py", checks)
     (checks / "references").mkdir()
     bandwidth = ["-n", "OsuBandwidth%transport=tcp%nodes=2", "-p", "openmpi",
                  "-S", "perf_sizes=1048576", "-S", "iterations=20", "-S", "warmup=2",
-                 "-S", "time_limit=5m"]
-    calibration = cluster.reframe(tmp_path / "calibrate", *bandwidth, "--repeat", "5",
+                 "-S", "repeats=5", "-S", "time_limit=5m"]
+    calibration = cluster.reframe(tmp_path / "calibrate", *bandwidth, "--repeat", "8",
                                   checks=checks)
     assert calibration.returncode == 0, (calibration.stdout + calibration.stderr)[-4000:]
     db = tmp_path / "fabreg.db"

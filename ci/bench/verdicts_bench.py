@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 REFRAME = Path(sys.executable).parent / "reframe"
 FABREG = [sys.executable, "-m", "fabreg.cli"]
 CASE = ["-n", "OsuBandwidth%transport=tcp%nodes=2", "-p", "openmpi", "-S", "perf_sizes=1048576",
-        "-S", "iterations=20", "-S", "warmup=2", "-S", "time_limit=5m"]
+        "-S", "iterations=20", "-S", "warmup=2", "-S", "repeats=5", "-S", "time_limit=5m"]
 
 
 def run(cmd: list[str], env: dict[str, str], **kw) -> subprocess.CompletedProcess[str]:
@@ -54,7 +54,7 @@ def reframe(work: Path, checks: Path, env: dict[str, str], *extra: str) -> tuple
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repetitions", type=int, default=10)
-    parser.add_argument("--calibration-runs", type=int, default=5)
+    parser.add_argument("--calibration-runs", type=int, default=8)
     parser.add_argument("--fractions", default="0.9,0.8,0.7,0.6,0.5",
                         help="link caps to try, as fractions of the calibrated bandwidth")
     args = parser.parse_args()
