@@ -172,10 +172,12 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
                 value, _, _, unit = bands[var]
                 bands[var] = (value, None, None, unit)
         self.reference = {"*": bands}
-        if summary.missing and not path.is_file():
-            calibrate = (f" (record this host's baseline: fabreg references calibrate --system "
-                         f"{self.current_system.name})" if self.host_key else "")
-            self.ref_notes = f"no reference file {self._shown(path)}{calibrate}; " + summary.notes
+        if summary.missing and not any(p.is_file() for p in self.reference_paths()):
+            self.ref_notes = f"no reference file {self._shown(path)}; " + self.ref_notes
+        if summary.missing and self.host_key and not path.is_file():
+            self.ref_notes += (f"; no baseline for this host ({self._shown(path)}): record one "
+                               f"with fabreg references calibrate --system "
+                               f"{self.current_system.name}")
         if summary.notes:
             getlogger().warning(f"{self.display_name}: {self.ref_notes}")
 
