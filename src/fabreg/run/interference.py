@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import threading
@@ -70,6 +71,23 @@ class Interference:
         return out
 
 
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's reaped children and their reaped descendants."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _descends_from(stat: procfs.ProcStat, ancestor: int) -> bool:
+    """Is the process below ``ancestor`` in the parent tree (checked once per process)?"""
+    seen = 0
+    while stat is not None and stat.ppid > 1 and seen < 64:
+        if stat.ppid == ancestor:
+            return True
+        stat = procfs.read_stat(stat.ppid)
+        seen += 1
+    return False
+
+
 def _marked(pid: int, marker: bytes) -> bool:
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
@@ -91,7 +109,7 @@ class InterferenceMeter:
         self.interval = interval
         self.own_pid = os.getpid() if own_pid is None else own_pid
         self._ticks: dict[tuple[int, int], int] = {}  # (pid, start) -> last CPU ticks seen
-        self._checked: dict[tuple[int, int], bool] = {}  # (pid, start) -> marked?
+        self._checked: dict[tuple[int, int], bool] = {}  # (pid, start) -> marked and ours?
         self._kernel: dict[tuple[int, int], list[int]] = {}  # kthread -> [first, last] ticks
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -101,6 +119,7 @@ class InterferenceMeter:
         self._t0 = time.monotonic()
         self._cpu0 = procfs.cpu_times()
         self._self0 = procfs.read_stat(self.own_pid)
+        self._children0 = _children_cpu_s()
         self._sample()  # the kernel threads' CPU time so far
         self._thread.start()
         return self
@@ -115,7 +134,11 @@ class InterferenceMeter:
                 self._kernel.setdefault(key, [stat.cpu_ticks, 0])[1] = stat.cpu_ticks
                 continue
             if key not in self._checked:
-                self._checked[key] = _marked(pid, self.marker)
+                # Our own descendants are counted whole when reaped (their CPU time joins
+                # ours), even the last fraction of a second before they exit, which sampling
+                # would miss; the job's processes elsewhere (under srun) are sampled.
+                self._checked[key] = (_marked(pid, self.marker)
+                                      and not _descends_from(stat, self.own_pid))
             if self._checked[key]:
                 self._ticks[key] = stat.cpu_ticks
 
@@ -133,9 +156,10 @@ class InterferenceMeter:
         mine = (me1.cpu_ticks - me0.cpu_ticks) if me0 and me1 else 0
         own_ticks = sum(self._ticks.values()) + mine
         kernel_ticks = sum(last - first for first, last in self._kernel.values())
+        reaped = _children_cpu_s() - self._children0 if self.own_pid == os.getpid() else 0.0
         return Interference(seconds=time.monotonic() - self._t0, host_cpus=os.cpu_count() or 1,
                             busy_cpu_s=(cpu1.busy - self._cpu0.busy) / self._hz,
-                            own_cpu_s=own_ticks / self._hz,
+                            own_cpu_s=own_ticks / self._hz + reaped,
                             kernel_cpu_s=kernel_ticks / self._hz)
 
 def exclusive_allocation() -> str:
