@@ -1,28 +1,40 @@
-"""Allreduce / alltoall tail latency, quiet and under background traffic.
+"""Allreduce / alltoall tail latency under controlled tail environments.
 
-The probe alternates blocks of measured iterations with its background pairs
-asleep (quiet) and streaming bursts of large messages on the same nodes and
-links (loaded), so both samples see the same machine. The tail (p99/p50) must be
-higher under load: if it is not, the background traffic did not reach the
-measured ranks and the comparison means nothing. The probe runs ``repeats``
-times in the job; the tail must be higher in most runs (one run can be swamped
-by whatever else the machine does), and the figures are the medians. The collective algorithm is a
-parameter, so algorithms compare under the same load (fabreg.run.collectives says
-how each MPI is told).
+The practice this check comes from compares collective algorithms under the same tail
+environment: background traffic on the same nodes and links set so that the collective's
+p99/p50 reaches a target. ``environment`` is a parameter:
+
+- ``quiet``: no background at all; the machine's own tail;
+- ``low_tail``: background calibrated to p99/p50 about 1.5x;
+- ``high_tail``: background calibrated to p99/p50 about 3x.
+
+The job runs ``fabreg.run.tail_environment``: it bisects a ladder of background intensities
+with short probe runs until the loaded tail lands near the target, then measures
+``repeats`` full runs there (figures: their medians). The ratio reached, the background
+chosen and the calibration steps are logged. The probe alternates blocks with its
+background asleep and streaming, so each run also shows whether the background reaches the
+measured ranks at all. A host busy with other work makes an environment ``inconclusive``
+(never a sanity failure); so does a target this host cannot reach, with the figures. The
+collective algorithm is a parameter, so algorithms compare under the same environment
+(fabreg.run.collectives says how each MPI is told).
 """
 
-import shlex
+import json
 import statistics
+import sys
+from pathlib import Path
+from typing import Any
 
 import reframe as rfm
 import reframe.utility.sanity as sn
+from reframe.core.backends import getlauncher
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
 from reframe.core.logging import getlogger
 
-from fabreg.run import collectives
+from fabreg.run import collectives, tail_environment
 from fabreg.run.parsers.probes import TailLatencyResult, parse_tail_latency
-from fabreg.testlib.workloads import ProbeCheck, launcher_argv
+from fabreg.testlib.workloads import ProbeCheck
 
 #: (collective, algorithm) pairs compared; "default" is the MPI's own choice.
 CASES = [
@@ -37,29 +49,52 @@ CASES = [
 
 @rfm.simple_test
 class TailLatency(ProbeCheck):
-    """p50 / p99 / max per-iteration latency and p99/p50, quiet and loaded."""
+    """p50 / p99 / max per-iteration latency and p99/p50 under one tail environment."""
 
+    #: (collective, algorithm) compared.
+    #:
+    #: :type: parameter
+    #: :default: ``CASES``
     case = parameter(CASES, fmt=lambda c: f"{c[0]}:{c[1]}")
+    #: The tail environment: ``quiet``, ``low_tail`` (p99/p50 ~1.5x), ``high_tail`` (~3x).
+    #:
+    #: :type: parameter
+    #: :default: ``fabreg.run.tail_environment.TARGETS``
+    environment = parameter(list(tail_environment.TARGETS))
     collective = variable(str, value="", loggable=True)
     algorithm = variable(str, value="", loggable=True)
     message_size = variable(int, value=64 << 10, loggable=True)
-    #: Iterations per phase, split into this many quiet/loaded block pairs.
+    #: Iterations per phase of a measured run, split into this many quiet/loaded block pairs.
     iterations = variable(int, value=1000, loggable=True)
     blocks = variable(int, value=20, loggable=True)
     warmup = variable(int, value=50, loggable=False)
     measured_ranks = variable(int, value=2, loggable=True)
     background_pairs = variable(int, value=1, loggable=True)
-    #: Each burst: ``background_window`` messages of ``background_size`` bytes each way.
-    #: Many short bursts disturb more measured iterations than few long ones, so the
-    #: loaded tail stands out in every run (docs/workloads.md, "Choosing the background").
-    background_size = variable(int, value=512 << 10, loggable=True)
-    background_window = variable(int, value=2, loggable=True)
-    #: Share of the loaded phase the background spends streaming (bursts), percent.
-    background_duty = variable(int, value=25, loggable=True)
-    #: Probe runs per test case (odd: a majority must show the higher tail).
+    #: Measured runs per test case at the chosen background; the figures are their medians.
     repeats = variable(int, value=3, loggable=True)
+    #: Iterations and blocks of one calibration step.
+    #:
+    #: :type: ``int``
+    #: :default: ``300`` and ``6``
+    calibration_iterations = variable(int, value=300, loggable=False)
+    calibration_blocks = variable(int, value=6, loggable=False)
 
-    #: Why the background's effect could not be judged (a busy host), or empty (perflog).
+    #: The environment's target p99/p50 (0 for ``quiet``).
+    #:
+    #: :type: ``float``
+    #: :default: ``0.0``
+    tail_target = variable(float, value=0.0, loggable=True)
+    #: The p99/p50 the measured runs reached (median over runs).
+    #:
+    #: :type: ``float``
+    #: :default: ``0.0``
+    tail_reached = variable(float, value=0.0, loggable=True)
+    #: The background the calibration chose (size, window, duty) and the steps it tried.
+    #:
+    #: :type: ``dict``
+    #: :default: ``{}``
+    tail_background = variable(dict, value={}, loggable=True)
+    #: Why the environment could not be judged (a busy host, a target out of reach), or empty.
     #:
     #: :type: ``str``
     #: :default: ``""``
@@ -71,14 +106,20 @@ class TailLatency(ProbeCheck):
     @run_after("init")
     def set_case(self) -> None:
         self.collective, self.algorithm = self.case
-        # Across nodes every node holds one measured and one background rank and each
+        self.tail_target = tail_environment.TARGETS[self.environment] or 0.0
+        # Under a background every node holds one measured and one background rank and each
         # background pair spans two nodes (the probe's -I), so the node count is even.
-        if self.nodes > 1 and self.nodes % 2:
+        if self.loaded() and self.nodes > 1 and self.nodes % 2:
             self.impossible()
-        self.descr = (f"{self.collective} tail latency ({self.algorithm} algorithm) under "
-                      f"background traffic, {self.nodes} node(s)")
+        self.descr = (f"{self.collective} tail latency ({self.algorithm} algorithm), "
+                      f"{self.environment} environment, {self.nodes} node(s)")
+
+    def loaded(self) -> bool:
+        return self.environment != "quiet"
 
     def placement(self) -> tuple[int, int]:
+        if not self.loaded():
+            return (1, self.measured_ranks) if self.nodes == 1 else (self.nodes, 1)
         if self.nodes == 1:
             return 1, self.measured_ranks + 2 * self.background_pairs
         return self.nodes, 2
@@ -93,76 +134,105 @@ class TailLatency(ProbeCheck):
 
     @run_after("setup")
     def set_options(self) -> None:
-        if self.nodes > 1:
+        if not self.loaded():
+            self.measured_ranks = self.nodes if self.nodes > 1 else self.measured_ranks
+            self.background_pairs = 0
+        elif self.nodes > 1:
             self.measured_ranks, self.background_pairs = self.nodes, self.nodes // 2
         self.executable_opts = [
             "-o", self.collective, "-s", str(self.message_size), "-i", str(self.iterations),
             "-k", str(self.blocks), "-x", str(self.warmup), "-b", str(self.background_pairs),
-            "-B", str(self.background_size), "-W", str(self.background_window),
-            "-D", str(self.background_duty),
-        ] + (["-I"] if self.nodes > 1 else [])
+        ] + (["-I"] if self.loaded() and self.nodes > 1 else [])
 
     def reference_benchmark(self) -> str:
-        return f"{self.benchmark}_{self.collective}"
+        # One baseline per environment: the same collective is another figure under load.
+        return f"{self.benchmark}_{self.collective}_{self.environment}"
 
     def references_wanted(self) -> dict[str, tuple[str, int | None, bool]]:
-        return {name: (name, self.message_size, name == "p50") for name in (
-            "p50", "p99", "p99_over_p50", "loaded_p50", "loaded_p99", "loaded_p99_over_p50")}
+        return {name: (name, self.message_size, name == "p50")
+                for name in ("p50", "p99", "p99_over_p50")}
 
-    @run_before("run")
-    def earlier_repeats(self) -> None:
-        argv = [*launcher_argv(self, self.num_tasks), self.probe_path(), *self.executable_opts]
-        cmd = " ".join(shlex.quote(a) for a in argv)
-        self.prerun_cmds += [f"{cmd} > {name}" for name in self.repeat_files()[:-1]]
-        self.keep_files = [*self.keep_files, *self.repeat_files()[:-1]]
+    @run_before("run", always_last=True)
+    def run_through_environment_driver(self) -> None:
+        # ReFrame hands the task counts to the job only when it runs it; the launch needs them.
+        self.job.num_tasks = self.num_tasks
+        self.job.num_tasks_per_node = self.num_tasks_per_node
+        command = [*self.job.launcher.run_command(self.job).split(), self.probe_path()]
+        tail_environment.Plan(
+            command=command, options=list(self.executable_opts), environment=self.environment,
+            calibration_iterations=self.calibration_iterations,
+            calibration_blocks=self.calibration_blocks, repeats=self.repeats,
+        ).save(Path(self.stagedir, tail_environment.PLAN))
+        self.job.launcher = getlauncher("local")()
+        self.executable = sys.executable
+        self.executable_opts = ["-m", "fabreg.run.tail_environment", tail_environment.PLAN]
+        self.keep_files = [*self.keep_files, tail_environment.PLAN, tail_environment.RESULT,
+                           "tail_run*.out", "tail_calibrate*.out"]
 
-    def repeat_files(self) -> list[str]:
-        """Output of each run; the last is the job's own stdout."""
-        return [f"tail_run{i}.out" for i in range(1, self.repeats)] + [
-            str(self.stdout.evaluate())]
+    def environment_result(self) -> dict[str, Any]:
+        path = Path(self.stagedir, tail_environment.RESULT)
+        if not path.is_file():
+            raise SanityError("the tail environment driver wrote no result "
+                              f"({tail_environment.RESULT}); see the job's output")
+        return dict(json.loads(path.read_text()))
 
     def results(self) -> list[TailLatencyResult]:
-        return [parse_tail_latency(self.output_text(name)) for name in self.repeat_files()]
+        return [parse_tail_latency(self.output_text(name))
+                for name in self.environment_result()["runs"]]
+
+    def inconclusive(self, problem: str) -> bool:
+        self.tail_verdict = f"inconclusive: {problem}"
+        getlogger().warning(f"{self.display_name}: {self.tail_verdict}")
+        return True
 
     @sanity_function
-    def tail_grows_under_load(self) -> bool:
-        results = self.results()
-        for r in results:
+    def environment_reached(self) -> bool:
+        result, runs = self.environment_result(), self.results()
+        self.tail_reached = float(result["reached"])
+        self.tail_background = {"chosen": result["background"],
+                                "steps": result["calibration"]}
+        if not self.loaded():
+            return True
+        for r in runs:
             if r.loaded is None or r.background_rounds < 1:
                 raise SanityError("the background pairs completed no round of traffic")
-        higher = [r for r in results if r.loaded and r.loaded.p99_over_p50 >
+        higher = [r for r in runs if r.loaded and r.loaded.p99_over_p50 >
                   r.quiet.p99_over_p50]
-        if 2 * len(higher) <= len(results):
-            pairs = ", ".join(f"{r.quiet.p99_over_p50:.2f} -> "
-                              f"{r.loaded.p99_over_p50 if r.loaded else 0:.2f}" for r in results)
+        pairs = ", ".join(f"{r.quiet.p99_over_p50:.2f} -> "
+                          f"{r.loaded.p99_over_p50 if r.loaded else 0:.2f}" for r in runs)
+        if self.contended() and not result["within_target"]:
+            # A busy host raises the quiet tail too: nothing can be said, not a failure.
+            return self.inconclusive(f"p99/p50 {result['reached']:.2f} against the target "
+                                     f"{self.tail_target:g}; {self.contention_note()}")
+        if 2 * len(higher) <= len(runs):
             problem = (f"p99/p50 not higher under background traffic in most runs (quiet -> "
-                       f"loaded: {pairs}; {self.background_pairs} pair(s) of "
-                       f"{self.background_size} B bursts)")
+                       f"loaded: {pairs})")
             if self.contended():
-                # A busy host raises the quiet tail too: nothing can be said, not a failure.
-                self.tail_verdict = f"inconclusive: {problem}; {self.contention_note()}"
-                getlogger().warning(f"{self.display_name}: {self.tail_verdict}")
-                return True
-            raise SanityError(problem)
+                return self.inconclusive(f"{problem}; {self.contention_note()}")
+            raise SanityError(f"{problem}: the background does not reach the measured ranks")
+        if not result["within_target"]:
+            side = ("the gentlest background already exceeds it" if result["gentlest"] and
+                    result["reached"] > self.tail_target else
+                    "the strongest background stays below it" if result["strongest"] else
+                    "no background step lands within the tolerance")
+            return self.inconclusive(
+                f"{self.environment} environment not reached: p99/p50 {result['reached']:.2f} "
+                f"against the target {self.tail_target:g} +/- "
+                f"{result['tolerance']:.0%} ({side}; quiet p99/p50 {result['quiet_ratio']:.2f})")
         return True
 
     @run_before("performance")
     def set_perf_variables(self) -> None:
-        def figure(which: str, name: str) -> float:
+        def figure(name: str) -> float:
             values = []
             for result in self.results():
-                stats = result.quiet if which == "quiet" else result.loaded
+                stats = result.loaded if self.loaded() else result.quiet
                 values.append(float(getattr(stats, name)) if stats else 0.0)
             return statistics.median(values)
 
         self.perf_variables = {
-            "p50": sn.make_performance_function(figure, "us", "quiet", "p50_us"),
-            "p99": sn.make_performance_function(figure, "us", "quiet", "p99_us"),
-            "max": sn.make_performance_function(figure, "us", "quiet", "max_us"),
-            "p99_over_p50": sn.make_performance_function(figure, "ratio", "quiet",
-                                                         "p99_over_p50"),
-            "loaded_p50": sn.make_performance_function(figure, "us", "loaded", "p50_us"),
-            "loaded_p99": sn.make_performance_function(figure, "us", "loaded", "p99_us"),
-            "loaded_p99_over_p50": sn.make_performance_function(figure, "ratio", "loaded",
-                                                                "p99_over_p50"),
+            "p50": sn.make_performance_function(figure, "us", "p50_us"),
+            "p99": sn.make_performance_function(figure, "us", "p99_us"),
+            "max": sn.make_performance_function(figure, "us", "max_us"),
+            "p99_over_p50": sn.make_performance_function(figure, "ratio", "p99_over_p50"),
         }

@@ -199,7 +199,7 @@ def test_quick_subset_runs_through_slurm_on_two_nodes(cluster, tmp_path):
 
 WORKLOAD_CASES = ("UcxPerftestLatency%nodes=2%ucx_test=tag_lat%transport=tcp%buffer=host",
                   "Streams%transport=tcp%nodes=2%layout=cross",
-                  "TailLatency%transport=tcp%nodes=2%case=allreduce:default",
+                  "TailLatency%transport=tcp%nodes=2%case=allreduce:default%environment=high_tail",
                   "Matmul%transport=tcp%nodes=2%mode=nonblocking%matrix_size=512%ranks=2")
 
 
@@ -229,7 +229,16 @@ def test_workload_checks_run_across_two_nodes(cluster, tmp_path):
     (streams,) = _rows(perflogs / "Streams.log")
     assert float(streams["loss_rate_value"]) == 0 and float(streams["rate_min_value"]) > 0.3
     (tail,) = _rows(perflogs / "TailLatency.log")
-    assert float(tail["loaded_p99_over_p50_value"]) > float(tail["p99_over_p50_value"])
+    # The background was calibrated towards the high-tail target on these links: it reached
+    # it, or the run says why not (a busy host, a target out of reach), with the figures.
+    assert tail["environment"] == "high_tail" and float(tail["tail_target"]) == 3.0, tail
+    assert json.loads(tail["tail_background"])["steps"], tail["tail_background"]
+    reached = float(tail["tail_reached"])
+    assert reached == float(tail["p99_over_p50_value"]), tail
+    if not tail["tail_verdict"]:
+        assert abs(reached - 3.0) <= 0.75, tail
+    else:
+        assert tail["tail_verdict"].startswith("inconclusive: "), tail["tail_verdict"]
     (matmul,) = _rows(perflogs / "Matmul.log")
     assert 0 < float(matmul["comm_fraction_value"]) < 1
 

@@ -122,7 +122,8 @@ def test_probe_checks_write_perflogs_with_references_and_counters(tmp_path):
     proc = run_reframe(
         "-r", "-p", "openmpi", "-n", "Streams%.*layout=pair$", "-n", "StreamsFanIn",
         "-n", "Matmul%.*mode=nonblocking%matrix_size=512%ranks=2",
-        "-n", "TailLatency%.*case=allreduce:default", perflog_dir=perflogs, cwd=tmp_path)
+        "-n", "TailLatency%.*case=allreduce:default%environment=low_tail",
+        perflog_dir=perflogs, cwd=tmp_path)
     out = _out(proc)
     assert proc.returncode == 0, out[-4000:]
     (pair,) = _rows(perflogs, "Streams")
@@ -134,7 +135,9 @@ def test_probe_checks_write_perflogs_with_references_and_counters(tmp_path):
     assert 0 < float(mm["comm_fraction_value"]) < 1
     (tail,) = _rows(perflogs, "TailLatency")
     assert tail["collective"] == "allreduce" and tail["algorithm"] == "default"
-    assert float(tail["loaded_p99_value"]) > 0
+    assert tail["environment"] == "low_tail" and float(tail["tail_target"]) == 1.5
+    assert float(tail["p99_value"]) >= float(tail["p50_value"]) > 0
+    assert float(tail["tail_reached"]) == float(tail["p99_over_p50_value"])
     for row in (pair, fanin, mm, tail):
         assert undeclared_metrics(row) == []
         # Measured figures are judged by this host's own baseline only; without one (a new
@@ -149,6 +152,9 @@ def test_probe_checks_write_perflogs_with_references_and_counters(tmp_path):
     # The tail check keeps every repeat's output next to the job's own.
     kept = list((tmp_path / "output").rglob("tail_run1.out"))
     assert kept, "tail_run1.out not kept"
+    # ... and the calibration: what was tried, what was chosen, what was reached.
+    (result,) = list((tmp_path / "output").rglob("tail-environment.json"))
+    assert json.loads(result.read_text())["calibration"]
 
 
 @pytest.mark.slow

@@ -29,8 +29,10 @@ NOT_PARAMETERS: frozenset[str] = frozenset({
     "verdicts", "interference", "exclusive", "spread", "confirmation",
     # Which host's baseline judged the run (references by host: local, minicluster).
     "host_key",
-    # Why the tail-latency check could not judge the background's effect (a busy host).
-    "tail_verdict",
+    # The tail environment one run reached: its target, the p99/p50 reached, the background
+    # the calibration chose (a calibrated setting, not a series parameter), and why the
+    # environment could not be judged (a busy host, a target out of reach).
+    "tail_target", "tail_reached", "tail_background", "tail_verdict",
 })
 
 #: What a judged value can be, worst news first where it matters to a reader:

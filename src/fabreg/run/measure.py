@@ -24,10 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
-import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -40,6 +37,7 @@ from fabreg.run.interference import (
     InterferenceMeter,
     exclusive_allocation,
 )
+from fabreg.run.launch import Completion, Launch, run_once
 from fabreg.run.parsers.osu import parse_osu
 
 RESULT = "measure.json"
@@ -81,76 +79,14 @@ class Plan:
         path.write_text(json.dumps(asdict(self), indent=1) + "\n")
 
 
-@dataclass
-class Launch:
-    """One run of the benchmark."""
+def table_complete(sizes: list[int]) -> Completion:
+    """OSU prints sizes in increasing order: the row of the largest one ends the table (its
+    smallest depends on the datatype, which the run itself reports)."""
+    last = max(sizes)
 
-    output: str
-    options: list[str]
-    returncode: int
-    seconds: float
-    #: The table was complete but the process did not exit within the grace period.
-    hung_after_results: bool = False
-
-
-class _Watch:
-    """Copies a launch's output to a file, noting when its table became complete."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], path: Path, sizes: list[int],
-                 echo: bool) -> None:
-        # OSU prints sizes in increasing order: the largest one ends the table (its smallest
-        # depends on the datatype, which the run itself reports).
-        self.proc, self.path, self.last, self.echo = proc, path, max(sizes), echo
-        self.complete_at: float | None = None
-        self.thread = threading.Thread(target=self._copy, daemon=True)
-        self.thread.start()
-
-    def _copy(self) -> None:
-        assert self.proc.stdout is not None
-        with open(self.path, "wb") as sink:
-            for line in self.proc.stdout:
-                sink.write(line)
-                sink.flush()
-                if self.echo:
-                    sys.stdout.buffer.write(line)
-                    sys.stdout.flush()
-                if self.complete_at is None and (m := _ROW.match(line)) and int(
-                        m.group(1)) == self.last:
-                    self.complete_at = time.monotonic()
-
-
-def run_once(command: list[str], options: list[str], sizes: list[int], output: Path,
-             grace_s: float, env: dict[str, str], echo: bool = False) -> Launch:
-    """Run the benchmark once; end it ``grace_s`` after its table is complete."""
-    start = time.monotonic()
-    proc = subprocess.Popen([*command, *options], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    watch = _Watch(proc, output, sizes, echo)
-    hung = False
-    while proc.poll() is None:
-        done = watch.complete_at
-        if done is not None and time.monotonic() - done > grace_s:
-            hung = True
-            _end_group(proc)
-            break
-        time.sleep(0.1)
-    proc.wait()
-    watch.thread.join(timeout=5)
-    return Launch(output.name, list(options), proc.returncode, time.monotonic() - start, hung)
-
-
-def _end_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the launch's process group, SIGKILL what is left after 5 s."""
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    def complete(line: bytes) -> bool:
+        return bool((m := _ROW.match(line)) and int(m.group(1)) == last)
+    return complete
 
 
 def _values(path: Path, sizes: list[int], column: str | None) -> dict[int, float]:
@@ -191,7 +127,8 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
 
     def launch(options: list[str], sizes: list[int], echo: bool = False) -> Launch:
         out = workdir / f"measure-{len(launches)}.out"
-        done = run_once(plan.command, options, sizes, out, plan.grace_s, env, echo)
+        done = run_once(plan.command, options, out, table_complete(sizes), plan.grace_s, env,
+                        echo)
         launches.append(done)
         for size, value in _values(out, plan.sizes, plan.column).items():
             values[size].append(value)
@@ -234,8 +171,6 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     }
     (workdir / RESULT).write_text(json.dumps(result, indent=1) + "\n")
     return result
-
-
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,93 @@
+"""One launch of a benchmark inside the job, ended once it hangs after printing its results.
+
+MPICH 4.0 with UCX 1.13 over TCP can hang in ``MPI_Finalize`` after a benchmark printed
+everything: waiting for the job's time limit would lose the results and minutes of the
+nightly. The in-job drivers (``fabreg.run.measure`` for OSU, ``fabreg.run.tail_environment``
+for the tail-latency probe) launch through here: the output is copied to a file as it comes,
+and a launch whose output is complete but which does not exit within a grace period is ended
+(its process group, by PID) with its results kept.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Says, line by line, whether the output is complete (the line that ends it was seen).
+Completion = Callable[[bytes], bool]
+
+
+@dataclass
+class Launch:
+    """One run of the benchmark."""
+
+    output: str
+    options: list[str]
+    returncode: int
+    seconds: float
+    #: The output was complete but the process did not exit within the grace period.
+    hung_after_results: bool = False
+
+
+class _Watch:
+    """Copies a launch's output to a file, noting when it became complete."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], path: Path, complete: Completion,
+                 echo: bool) -> None:
+        self.proc, self.path, self.complete, self.echo = proc, path, complete, echo
+        self.complete_at: float | None = None
+        self.thread = threading.Thread(target=self._copy, daemon=True)
+        self.thread.start()
+
+    def _copy(self) -> None:
+        assert self.proc.stdout is not None
+        with open(self.path, "wb") as sink:
+            for line in self.proc.stdout:
+                sink.write(line)
+                sink.flush()
+                if self.echo:
+                    sys.stdout.buffer.write(line)
+                    sys.stdout.flush()
+                if self.complete_at is None and self.complete(line):
+                    self.complete_at = time.monotonic()
+
+
+def run_once(command: list[str], options: list[str], output: Path, complete: Completion,
+             grace_s: float, env: dict[str, str], echo: bool = False) -> Launch:
+    """Run ``command + options`` once; end it ``grace_s`` after its output is complete."""
+    start = time.monotonic()
+    proc = subprocess.Popen([*command, *options], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    watch = _Watch(proc, output, complete, echo)
+    hung = False
+    while proc.poll() is None:
+        done = watch.complete_at
+        if done is not None and time.monotonic() - done > grace_s:
+            hung = True
+            end_group(proc)
+            break
+        time.sleep(0.1)
+    proc.wait()
+    watch.thread.join(timeout=5)
+    return Launch(output.name, list(options), proc.returncode, time.monotonic() - start, hung)
+
+
+def end_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the launch's process group, SIGKILL what is left after 5 s."""
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -1,0 +1,232 @@
+"""Controlled tail environments for collective latency: ``python -m fabreg.run.tail_environment``.
+
+The practice the tail-latency check comes from compares allreduce schemes under controlled
+tail environments: background traffic is set so that the measured collective's p99/p50
+reaches a target, about 1.5x for a *low-tail* environment and about 3x for a *high-tail*
+one, and every algorithm is compared under the same environment. A fixed background means
+something else on every machine (a 2-core VM and an HDR fabric differ by orders of
+magnitude), so the job calibrates it: it walks a ladder of background intensities (burst
+size, messages in flight, share of time streaming) by bisection, each step a short run of
+the probe, until the loaded p99/p50 lands within ``tolerance`` of the target; then it
+measures ``repeats`` full runs at that setting. The *quiet* environment runs no background.
+
+Everything it learnt goes to ``tail-environment.json``: the environment, its target, the
+ladder steps tried with the ratio each reached, the chosen background, the ratio the final
+runs reached and the files they wrote. Each launch goes through ``fabreg.run.launch``: a
+probe that hangs in ``MPI_Finalize`` after its complete block is ended, its results kept.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fabreg.errors import FabregError
+from fabreg.run.launch import Launch, run_once
+from fabreg.run.parsers.probes import ProbeOutputError, TailLatencyResult, parse_tail_latency
+
+RESULT = "tail-environment.json"
+PLAN = "tail-environment-plan.json"
+
+#: Target p99/p50 of each environment (None: no background at all).
+TARGETS: dict[str, float | None] = {"quiet": None, "low_tail": 1.5, "high_tail": 3.0}
+
+#: How far (as a fraction of the target) the reached ratio may lie from it.
+TOLERANCE = 0.25
+
+
+@dataclass(frozen=True)
+class Background:
+    """One background intensity: ``window`` messages of ``size`` bytes each way per burst,
+    streaming ``duty`` percent of the time."""
+
+    size: int
+    window: int
+    duty: int
+
+    def options(self) -> list[str]:
+        return ["-B", str(self.size), "-W", str(self.window), "-D", str(self.duty)]
+
+
+#: Background intensities from gentlest to strongest (bytes in flight x share of time).
+LADDER: tuple[Background, ...] = (
+    Background(16 << 10, 1, 5), Background(64 << 10, 1, 5), Background(64 << 10, 1, 15),
+    Background(256 << 10, 1, 15), Background(512 << 10, 2, 15), Background(512 << 10, 2, 25),
+    Background(512 << 10, 2, 50), Background(1 << 20, 4, 75), Background(1 << 20, 4, 100),
+)
+
+
+def within(ratio: float, target: float, tolerance: float = TOLERANCE) -> bool:
+    return abs(ratio - target) <= tolerance * target
+
+
+@dataclass
+class Calibration:
+    """The ladder steps tried (index, ratio reached) and the one chosen."""
+
+    steps: list[tuple[int, float]] = field(default_factory=list)
+    chosen: int = 0
+
+    @property
+    def ratio(self) -> float:
+        return dict(self.steps)[self.chosen]
+
+
+def calibrate(measure: Callable[[Background], float], target: float,
+              ladder: tuple[Background, ...] = LADDER,
+              tolerance: float = TOLERANCE) -> Calibration:
+    """Bisect the ladder for the step whose loaded p99/p50 is nearest ``target``.
+
+    The tail grows with the background's intensity, so the search halves the ladder after
+    each step: log2(len(ladder)) short runs. It stops at the first step within
+    ``tolerance``; otherwise the step nearest the target (in ratio, on a log scale) wins.
+    """
+    result = Calibration()
+    low, high = 0, len(ladder) - 1
+    while low <= high:
+        middle = (low + high) // 2
+        ratio = measure(ladder[middle])
+        result.steps.append((middle, ratio))
+        if within(ratio, target, tolerance):
+            break
+        if ratio < target:
+            low = middle + 1
+        else:
+            high = middle - 1
+    result.chosen = min(result.steps, key=lambda s: abs(math.log(max(s[1], 1e-9) / target)))[0]
+    return result
+
+
+@dataclass
+class Plan:
+    """What the job runs; written by the check, read by the driver in the job."""
+
+    #: The launcher and the probe, e.g. ``["mpirun", "-np", "4", ".../fabreg_tail_latency"]``.
+    command: list[str]
+    #: The probe's options without the background's intensity (-B/-W/-D).
+    options: list[str]
+    environment: str
+    #: Iterations and blocks of one calibration step (the final runs use ``options``' own).
+    calibration_iterations: int = 300
+    calibration_blocks: int = 6
+    repeats: int = 3
+    tolerance: float = TOLERANCE
+    grace_s: float = 20.0
+
+    @classmethod
+    def load(cls, path: Path) -> Plan:
+        return cls(**json.loads(path.read_text()))
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+
+    @property
+    def target(self) -> float | None:
+        if self.environment not in TARGETS:
+            raise FabregError(f"unknown tail environment {self.environment!r} "
+                              f"(one of: {', '.join(TARGETS)})")
+        return TARGETS[self.environment]
+
+
+def _with_counts(options: list[str], iterations: int, blocks: int) -> list[str]:
+    """``options`` with -i/-k replaced: a calibration step is a shorter run."""
+    out, skip = [], False
+    for i, opt in enumerate(options):
+        if skip:
+            skip = False
+            continue
+        if opt in ("-i", "-k") and i + 1 < len(options):
+            skip = True
+            continue
+        out.append(opt)
+    return [*out, "-i", str(iterations), "-k", str(blocks)]
+
+
+def _block_complete(line: bytes) -> bool:
+    return line.startswith(b"# end fabreg_tail_latency")
+
+
+def loaded_ratio(result: TailLatencyResult) -> float:
+    if result.loaded is None:
+        raise ProbeOutputError("fabreg_tail_latency printed no loaded row")
+    return result.loaded.p99_over_p50
+
+
+def run(plan: Plan, workdir: Path) -> dict[str, Any]:
+    """Calibrate (unless quiet), then measure; return (and write) ``tail-environment.json``."""
+    env = dict(os.environ)
+    launches: list[Launch] = []
+    target = plan.target
+
+    def launch(name: str, options: list[str], echo: bool = False) -> TailLatencyResult:
+        out = workdir / name
+        done = run_once(plan.command, options, out, _block_complete, plan.grace_s, env, echo)
+        launches.append(done)
+        if done.returncode and not done.hung_after_results:
+            raise ProbeOutputError(f"{name}: the probe exited with status {done.returncode}")
+        return parse_tail_latency(out.read_text(errors="replace"))
+
+    calibration: Calibration | None = None
+    background: Background | None = None
+    if target is not None:
+        short = _with_counts(plan.options, plan.calibration_iterations, plan.calibration_blocks)
+
+        def step(setting: Background) -> float:
+            index = LADDER.index(setting)
+            return loaded_ratio(launch(f"tail_calibrate{index}.out", [*short,
+                                                                      *setting.options()]))
+        calibration = calibrate(step, target, LADDER, plan.tolerance)
+        background = LADDER[calibration.chosen]
+    final = [*plan.options, *(background.options() if background else [])]
+    runs = [f"tail_run{i}.out" for i in range(1, plan.repeats + 1)]
+    results = [launch(name, final, echo=name == runs[-1]) for name in runs]
+    stats = [(r.loaded if target is not None else r.quiet) for r in results]
+    ratios = [s.p99_over_p50 for s in stats if s is not None]
+    reached = statistics.median(ratios) if ratios else 0.0
+    result = {
+        "environment": plan.environment,
+        "target": target,
+        "tolerance": plan.tolerance,
+        "reached": round(reached, 4),
+        "within_target": target is None or within(reached, target, plan.tolerance),
+        "background": asdict(background) if background else None,
+        "calibration": [{"step": i, **asdict(LADDER[i]), "ratio": round(r, 4)}
+                        for i, r in (calibration.steps if calibration else [])],
+        "strongest": target is not None and calibration is not None
+        and calibration.chosen == len(LADDER) - 1,
+        "gentlest": target is not None and calibration is not None and calibration.chosen == 0,
+        "quiet_ratio": round(statistics.median(r.quiet.p99_over_p50 for r in results), 4),
+        "runs": runs,
+        "launches": [asdict(x) for x in launches],
+        "hung_after_results": any(x.hung_after_results for x in launches),
+    }
+    (workdir / RESULT).write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m fabreg.run.tail_environment PLAN.json", file=sys.stderr)
+        return 2
+    path = Path(args[0])
+    try:
+        result = run(Plan.load(path), path.parent)
+    except FabregError as err:
+        print(f"fabreg: {err}", file=sys.stderr)
+        return 1
+    if result["hung_after_results"]:
+        print("fabreg: a probe run printed its complete results and then did not exit; "
+              "ended it, results kept", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
