@@ -224,6 +224,10 @@ def test_workload_checks_run_across_two_nodes(cluster, tmp_path):
         assert row["job_nodelist"] == "node1,node2", row
         # no baseline of this host in a fresh clone: missing, never a failure
         assert row["result"] == "pass" and row["ref_status"] in ("ok", "warn", "missing"), row
+        # other work was metered on both nodes, each by a sampler of its own
+        metered = json.loads(row["interference"])
+        assert set(metered["nodes"]) == {"node1", "node2"}, metered
+        assert metered["other_share"] == max(metered["nodes"].values()), metered
     (ucx,) = _rows(perflogs / "UcxPerftestLatency.log")
     assert ucx["transport_used"] == "tcp" and float(ucx["latency_8B_value"]) > 0, ucx
     (streams,) = _rows(perflogs / "Streams.log")

@@ -137,3 +137,18 @@ def test_the_driver_runs_as_the_job_runs_it(osu_latency, tmp_path):
     assert "# OSU MPI Latency Test" in proc.stdout  # the sanity run, as the benchmark printed it
     assert (tmp_path / measure.RESULT).is_file()
     assert shutil.which(osu_latency[0])
+
+
+def test_a_job_on_several_nodes_is_judged_by_its_worst_node():
+    from fabreg.run.interference import JobInterference
+    quiet = {"seconds": 10.0, "host_cpus": 2, "other_share": 0.01}
+    busy = {"seconds": 10.0, "host_cpus": 2, "other_share": 0.4}
+    job = JobInterference({"node1": quiet, "node2": busy})
+    assert job.contended(0.1) and job.share == 0.4
+    figure = job.as_dict()
+    assert figure["other_share"] == 0.4 and figure["worst_node"] == "node2"
+    assert figure["nodes"] == {"node1": 0.01, "node2": 0.4}
+    one = JobInterference({"node1": quiet}).as_dict()
+    assert one == quiet and not JobInterference({"node1": quiet}).contended(0.1)
+    missing = JobInterference({"node1": quiet}, "1 of 2 nodes metered (no srun)")
+    assert missing.as_dict()["problem"] == "1 of 2 nodes metered (no srun)"

@@ -8,8 +8,10 @@ ranks, on every node that ``srun`` reaches); everything else that used a CPU mea
 kernel's own threads (``ksoftirqd``, ``kworker``: children of ``kthreadd``), which carry the
 benchmark's network traffic when the stack is loaded, e.g. behind a rate limit.
 
-On the emulated cluster all nodes share the host's CPUs and PID space, so the figure covers
-every node. On a real cluster it covers the node that runs the job script.
+A job on several Slurm nodes is metered on each of them (``JobMeter``): one sampler per node
+through ``srun --overlap`` beside the job's own steps; the job's figure is its worst node's,
+with every node's share kept. On the emulated cluster all nodes share the host's CPUs and PID
+space, so each node's figure covers the whole host.
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ import json
 import os
 import re
 import resource
+import shutil
+import socket
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fabreg.run import procfs
 
@@ -178,14 +183,119 @@ def exclusive_allocation() -> str:
     return "yes" if m.group(1) in ("NO", "EXCLUSIVE", "USER", "MCS") else "no"
 
 
-def sample_until(out: Path, stop: Path, token: str, interval: float = 0.25) -> Interference:
-    """Meter until ``stop`` exists (the job's last command creates it); write the figure."""
-    meter = InterferenceMeter(token, interval).start()
+def sample_until(out: Path, stop: Path, token: str, interval: float = 0.25) -> JobInterference:
+    """Meter every node of the job until ``stop`` exists (the job's last command creates
+    it); write the job's figure."""
+    meter = JobMeter(token, out.parent, interval).start()
     while not stop.exists():
         time.sleep(interval)
     figure = meter.stop()
     out.write_text(json.dumps({**figure.as_dict(), "exclusive": exclusive_allocation()}) + "\n")
     return figure
+
+
+def sample_node(workdir: Path, stop: Path, token: str, interval: float = 0.25) -> None:
+    """One node's sampler (``--node``): meter this node until ``stop`` exists."""
+    meter = InterferenceMeter(token, interval).start()
+    while not stop.exists():
+        time.sleep(interval)
+    figure = meter.stop().as_dict()
+    node_figure_path(workdir, socket.gethostname()).write_text(json.dumps(figure) + "\n")
+
+
+def slurm_node_count() -> int:
+    """Nodes of the Slurm job this runs in (1 outside one)."""
+    for name in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
+        try:
+            return max(1, int(os.environ.get(name, "")))
+        except ValueError:
+            continue
+    return 1
+
+
+def node_figure_path(workdir: Path, host: str) -> Path:
+    return workdir / f"interference-{host}.json"
+
+
+@dataclass
+class JobInterference:
+    """Other work's CPU time on each node of the job; the job's figure is its worst node's."""
+
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Why some node could not be metered (its figure is then missing), or empty.
+    problem: str = ""
+
+    @property
+    def share(self) -> float:
+        return max((float(f["other_share"]) for f in self.nodes.values()), default=0.0)
+
+    def contended(self, threshold: float = CONTENDED_SHARE) -> bool:
+        return self.share > threshold
+
+    def as_dict(self) -> dict[str, Any]:
+        if not self.nodes:
+            return {"other_share": 0.0, "nodes": {}, "problem": self.problem}
+        worst = max(self.nodes, key=lambda h: float(self.nodes[h]["other_share"]))
+        out: dict[str, Any] = dict(self.nodes[worst])
+        if len(self.nodes) > 1:
+            out["worst_node"] = worst
+            out["nodes"] = {h: f["other_share"] for h, f in sorted(self.nodes.items())}
+        if self.problem:
+            out["problem"] = self.problem
+        return out
+
+
+class JobMeter:
+    """Meters every node of the job while it measures.
+
+    Always this node, in process; in a Slurm job on several nodes also one sampler per node
+    (``srun --overlap``, one task per node), which writes ``interference-<host>.json`` into
+    ``workdir`` (shared by the nodes, as ReFrame's stage directory is) when ``stop`` creates
+    the stop file. The samplers carry the job's token, so they count as the job's own work.
+    """
+
+    def __init__(self, token: str, workdir: Path, interval: float = 0.25) -> None:
+        self.token, self.workdir, self.interval = token, workdir, interval
+        self.stop_file = workdir / f".interference-{token[:12]}.stop"
+        self._local = InterferenceMeter(token, interval)
+        self._samplers: subprocess.Popen[bytes] | None = None
+        self.nodes = slurm_node_count()
+
+    def start(self) -> JobMeter:
+        self._local.start()
+        if self.nodes > 1 and shutil.which("srun"):
+            self.stop_file.unlink(missing_ok=True)
+            env = dict(os.environ, **{TOKEN_VARIABLE: self.token})
+            self._samplers = subprocess.Popen(
+                ["srun", "--overlap", f"--nodes={self.nodes}", f"--ntasks={self.nodes}",
+                 "--ntasks-per-node=1", sys.executable, "-m", "fabreg.run.interference",
+                 "--node", str(self.workdir), str(self.stop_file)],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        return self
+
+    def stop(self) -> JobInterference:
+        here = self._local.stop()
+        figures = {socket.gethostname(): here.as_dict()}
+        problem = ""
+        if self._samplers is not None:
+            self.stop_file.touch()
+            try:
+                _, err = self._samplers.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._samplers.kill()
+                _, err = self._samplers.communicate()
+            for path in self.workdir.glob("interference-*.json"):
+                host = path.stem.removeprefix("interference-")
+                if host != socket.gethostname():
+                    figures[host] = json.loads(path.read_text())
+            if len(figures) < self.nodes:
+                last = (err or b"").decode(errors="replace").strip().splitlines()
+                problem = (f"{len(figures)} of {self.nodes} nodes metered"
+                           + (f" (srun: {last[-1]})" if last else ""))
+            self.stop_file.unlink(missing_ok=True)
+        elif self.nodes > 1:
+            problem = f"1 of {self.nodes} nodes metered (no srun)"
+        return JobInterference(figures, problem)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,11 +306,17 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = sys.argv[1:] if argv is None else argv
     token = os.environ.get(TOKEN_VARIABLE)
+    node = args[:1] == ["--node"]
+    if node:
+        args = args[1:]
     if len(args) != 2 or not token:
-        print(f"usage: {TOKEN_VARIABLE}=... python -m fabreg.run.interference OUT STOPFILE",
-              file=sys.stderr)
+        print(f"usage: {TOKEN_VARIABLE}=... python -m fabreg.run.interference "
+              "[--node WORKDIR | OUT] STOPFILE", file=sys.stderr)
         return 2
-    sample_until(Path(args[0]), Path(args[1]), token)
+    if node:
+        sample_node(Path(args[0]), Path(args[1]), token)
+    else:
+        sample_until(Path(args[0]), Path(args[1]), token)
     return 0
 
 

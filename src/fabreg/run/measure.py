@@ -34,7 +34,7 @@ from typing import Any
 from fabreg.run.interference import (
     CONTENDED_SHARE,
     TOKEN_VARIABLE,
-    InterferenceMeter,
+    JobMeter,
     exclusive_allocation,
 )
 from fabreg.run.launch import Completion, Launch, run_once
@@ -120,7 +120,7 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     """Run the plan in ``workdir``; return (and write) what ``measure.json`` holds."""
     token = uuid.uuid4().hex
     env = dict(os.environ, **{TOKEN_VARIABLE: token})
-    meter = InterferenceMeter(token).start()
+    meter = JobMeter(token, workdir).start()
     start = time.monotonic()
     launches: list[Launch] = []
     values: dict[int, list[float]] = {s: [] for s in plan.sizes}
