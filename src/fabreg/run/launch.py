@@ -17,8 +17,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 #: Says, line by line, whether the output is complete (the line that ends it was seen).
 Completion = Callable[[bytes], bool]
@@ -91,3 +92,18 @@ def end_group(proc: subprocess.Popen[bytes]) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def summary(launches: list[Launch]) -> dict[str, Any]:
+    """What a driver's result file says of its launches."""
+    return {"launches": [asdict(x) for x in launches],
+            "hung_after_results": any(x.hung_after_results for x in launches)}
+
+
+def plan_argument(module: str, argv: list[str] | None) -> Path | None:
+    """The PLAN.json argument of ``python -m <module> PLAN.json``; None (usage printed) else."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print(f"usage: python -m {module} PLAN.json", file=sys.stderr)
+        return None
+    return Path(args[0])

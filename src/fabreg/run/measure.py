@@ -37,7 +37,7 @@ from fabreg.run.interference import (
     JobMeter,
     exclusive_allocation,
 )
-from fabreg.run.launch import Completion, Launch, run_once
+from fabreg.run.launch import Completion, Launch, plan_argument, run_once, summary
 from fabreg.run.parsers.osu import parse_osu
 
 RESULT = "measure.json"
@@ -166,19 +166,16 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
         "interference": interference.as_dict(),
         "contended": interference.contended(plan.contended_share),
         "exclusive": exclusive_allocation(),
-        "launches": [asdict(x) for x in launches],
-        "hung_after_results": any(x.hung_after_results for x in launches),
+        **summary(launches),
     }
     (workdir / RESULT).write_text(json.dumps(result, indent=1) + "\n")
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m fabreg.run.measure PLAN.json", file=sys.stderr)
+    path = plan_argument("fabreg.run.measure", argv)
+    if path is None:
         return 2
-    path = Path(args[0])
     result = measure(Plan.load(path), path.parent)
     first = result["launches"][0]
     if first["hung_after_results"]:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fabreg.errors import FabregError
-from fabreg.run.launch import Launch, run_once
+from fabreg.run.launch import Launch, plan_argument, run_once, summary
 from fabreg.run.parsers.probes import ProbeOutputError, TailLatencyResult, parse_tail_latency
 
 RESULT = "tail-environment.json"
@@ -204,19 +204,16 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         "gentlest": target is not None and calibration is not None and calibration.chosen == 0,
         "quiet_ratio": round(statistics.median(r.quiet.p99_over_p50 for r in results), 4),
         "runs": runs,
-        "launches": [asdict(x) for x in launches],
-        "hung_after_results": any(x.hung_after_results for x in launches),
+        **summary(launches),
     }
     (workdir / RESULT).write_text(json.dumps(result, indent=1) + "\n")
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m fabreg.run.tail_environment PLAN.json", file=sys.stderr)
+    path = plan_argument("fabreg.run.tail_environment", argv)
+    if path is None:
         return 2
-    path = Path(args[0])
     try:
         result = run(Plan.load(path), path.parent)
     except FabregError as err:
