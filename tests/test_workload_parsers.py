@@ -167,4 +167,5 @@ def test_perftest_gbit_units_and_short_rows():
 
 def test_perftest_connection_failure():
     text = " Couldn't connect to 10.0.0.2:18515\n Unable to open file descriptor\n"
-    assert perftest_failure(text) == "perftest failed: Couldn't connect to 10.0.0.2:18515"
+    assert perftest_failure(text) == ("perftest failed: no perftest server answered at "
+                                      "10.0.0.2:18515 (Couldn't connect to 10.0.0.2:18515)")

@@ -94,7 +94,7 @@ class UcxPerftestCheck(ClientServerCheck):
             problem = tx.ucx_problem(self.transport, inventory, net)
             self.skip_if(bool(problem), f"{self.transport} is unavailable to UCX on "
                                         f"{part.fullname}: {problem}")
-        self.ucx_tls = tx.ucx_tls(self.transport, ucx=inventory.ucx)
+        self.ucx_tls = tx.ucx_tls(self.transport, ucx=inventory.ucx, buffer=self.buffer)
         devices = net.devices_for(self.transport)
         if devices:
             self.env_vars["UCX_NET_DEVICES"] = ",".join(devices)
