@@ -18,7 +18,8 @@ from fabreg.run.parsers import ethtool, gpu_support, inventory, osu, perftest, u
 from fabreg.run.parsers.transport_log import evidence_hosts, ob1_btls, ucx_lanes
 
 REAL = Path(__file__).parent / "data" / "real"
-_ROW = re.compile(r"^\| `(?P<file>[^`]+)` \| (?P<parser>[\w ]+) \| (?P<what>.+?) \| (?P<source>.+) \|$")
+_ROW = re.compile(r"^\| `(?P<file>[^`]+)` \| (?P<parser>[\w ]+) \| (?P<what>.+?) "
+                  r"\| (?P<source>.+) \|$")
 #: Parsers of fabreg's own probe programs (no public output exists for them).
 OWN_FORMATS = {"probes"}
 
