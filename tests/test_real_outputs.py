@@ -226,11 +226,24 @@ def ucx_info_old_layout() -> None:
     assert t.availability_problem("mpich", "ucx_rc", inv) == (
         "ucx_rc needs UCX transport rc_mlx5 or rc_verbs; `ucx_info -d` here lists only "
         "cma, mm, self, tcp (no RDMA device)")
-    # One Transport: line followed by several Device: lines (UCX before 1.10) keeps them all.
-    one_transport = re.sub(r"#   Transport: tcp\n(?=#      Device: (?:brbond0|brib0))", "", text)
-    assert one_transport.count("Transport: tcp") == 1
-    assert inventory.ucx_transports(one_transport)["tcp"] == ["vboxnet3", "brbond0",
-                                                              "brib0.8001"]
+
+
+def ucx_info_one_transport_two_devices() -> None:
+    text = _text("ucx_info/ucx6264-ompi4.0.2-ucx_info-d-mlx5-old-layout.txt")
+    found = inventory.ucx_transports(text)
+    assert found == {"mm": ["posix", "sysv"], "self": ["self"], "tcp": ["eth2", "ib0"],
+                     "rc": ["mlx5_0:1"], "rc_mlx5": ["mlx5_0:1"], "dc_mlx5": ["mlx5_0:1"],
+                     "ud": ["mlx5_0:1"], "ud_mlx5": ["mlx5_0:1"], "cm": ["mlx5_0:1"],
+                     "cma": ["cma"], "knem": ["knem"]}
+    inv = t.Inventory("mpich", ucx={k: tuple(v) for k, v in found.items()},
+                      mpi_device="ch4:ucx")
+    # ib0 is the second device under the one "Transport: tcp" line: it is configured here.
+    ipoib = t.NetConfig(tcp_interfaces=("ib0",), rdma_devices=("mlx5_0:1",))
+    for transport in ("tcp", "ucx_rc", "ucx_ud", "ucx_dc", "shm"):
+        assert t.availability_problem("mpich", transport, inv, ipoib) is None, transport
+    assert t.ucx_tls("ucx_rc", ucx=inv.ucx) == "rc_x,self"
+    assert t.availability_problem("mpich", "tcp", inv, t.NetConfig(tcp_interfaces=("eth9",))) \
+        == "UCX_NET_DEVICES eth9 (partition extras) not among the tcp devices here (eth2, ib0)"
 
 
 # --- UCX lane logs and ob1 BTL output: the transport verification --------------------------
@@ -335,6 +348,8 @@ EXPECTATIONS: dict[str, Callable[[], None]] = {
     "ucx_perftest/ucx10649-tag_bw-thread-and-final.txt": ucx_perftest_final_row,
     "ucx_perftest/rocm-docs-ucx-old-table-put_lat.txt": ucx_perftest_old_table,
     "ucx_info/hiroyuki-sato-ucx1.7-ucx_info-d.txt": ucx_info_old_layout,
+    "ucx_info/ucx6264-ompi4.0.2-ucx_info-d-mlx5-old-layout.txt":
+        ucx_info_one_transport_two_devices,
     "ucx_log/ucx-faq-osu_bw-cuda-ep_cfg.txt": ucx_log_faq_cuda,
     "ucx_log/ompi9080-parsec-4nodes-rc_mlx5.txt": ucx_log_four_nodes,
     "ucx_log/ompi6883-one-host-self-cma.txt": ucx_log_loopback_only,
