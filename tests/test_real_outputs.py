@@ -195,6 +195,8 @@ def ucx_perftest_final_row() -> None:
         kind="overhead", iterations=1000, p50_usec=0.240, average_usec=1675.942,
         overall_usec=1671.351, bandwidth_average_mbs=46615.58, bandwidth_overall_mbs=46743.62,
         msgrate_average=597, msgrate_overall=598)
+    # ucx_perftest's "MB/s" is MiB/s (its source divides by 1024.0 * 1024.0).
+    assert r.bandwidth_average_decimal_mbs == pytest.approx(46615.58 * 1.048576)
 
 
 def ucx_perftest_old_table() -> None:

@@ -53,10 +53,16 @@ class UcxPerftestResult:
     p50_usec: float
     average_usec: float
     overall_usec: float
+    #: Bandwidth as printed: ucx_perftest's "MB/s" divides by 1024*1024 (MiB/s).
     bandwidth_average_mbs: float
     bandwidth_overall_mbs: float
     msgrate_average: float
     msgrate_overall: float
+
+    @property
+    def bandwidth_average_decimal_mbs(self) -> float:
+        """The average bandwidth in decimal MB/s (10^6 B/s), as OSU and perftest are logged."""
+        return self.bandwidth_average_mbs * (1 << 20) / 1e6
 
 
 def failure_reason(text: str) -> str | None:
