@@ -456,3 +456,22 @@ def test_ucx_level_helpers_for_other_tools(host_without_rdma):
                                      "ugni_rdma")] == [
         "ucx_rc", "ucx_ud", "ucx_dc", "tcp", "shm", None, "shm", None, None, "shm", "ucx_rc",
         "ucx_ud", "ugni_rdma"]
+
+
+def test_device_buffers_add_what_each_mpi_needs():
+    # UCX FAQ: with UCX_TLS set, GPU memory is recognised only when the cuda transports are named.
+    with_gdr = {"rc_mlx5": ("mlx5_0:1",), "cuda_copy": ("cuda",), "cuda_ipc": ("cuda",),
+                "gdr_copy": ("gdr_copy",)}
+    assert t.ucx_tls("ucx_rc", ucx=with_gdr, buffer="cuda") == \
+        "rc_x,cuda_copy,cuda_ipc,gdr_copy,self"
+    assert t.ucx_tls("tcp", with_shm=True, buffer="cuda") == "tcp,sm,cuda_copy,cuda_ipc,self"
+    assert t.ucx_tls("shm", buffer="host") == "sm,self"
+    mpich = t.launch_spec("mpich", "shm", nodes=1, ranks_per_node=2, buffer="cuda")
+    assert dict(mpich.env)["UCX_TLS"] == "sm,cuda_copy,cuda_ipc,self"
+    ob1 = t.launch_spec("openmpi", "tcp_ob1", nodes=2, ranks_per_node=2, buffer="cuda")
+    assert dict(ob1.mca)["btl"] == "tcp,smcuda,self"
+    mv2 = t.launch_spec("mvapich2", "ucx_rc", nodes=2, buffer="cuda")
+    assert dict(mv2.env)["MV2_USE_CUDA"] == "1"
+    assert "MV2_USE_CUDA" not in dict(t.launch_spec("mvapich2", "ucx_rc", nodes=2).env)
+    with pytest.raises(FabregError, match="unknown buffer kind 'rocm'"):
+        t.launch_spec("mpich", "tcp", nodes=2, buffer="rocm")
