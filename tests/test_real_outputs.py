@@ -199,6 +199,15 @@ def ucx_perftest_final_row() -> None:
     assert r.bandwidth_average_decimal_mbs == pytest.approx(46615.58 * 1.048576)
 
 
+def ucx_perftest_old_table_final_only() -> None:
+    r = ucx_perftest.parse_ucx_perftest(
+        _text("ucx_perftest/ucx4587-old-table-final-only-tag_lat-rocm.txt"))
+    assert r == ucx_perftest.UcxPerftestResult(
+        kind="latency", iterations=1000000, p50_usec=1.458, average_usec=8.188,
+        overall_usec=9.640, bandwidth_average_mbs=0.93, bandwidth_overall_mbs=0.79,
+        msgrate_average=122133, msgrate_overall=103732)
+
+
 def ucx_perftest_old_table() -> None:
     text = _text("ucx_perftest/rocm-docs-ucx-old-table-put_lat.txt")
     r = ucx_perftest.parse_ucx_perftest(text)
@@ -246,6 +255,19 @@ def ucx_info_one_transport_two_devices() -> None:
     assert t.ucx_tls("ucx_rc", ucx=inv.ucx) == "rc_x,self"
     assert t.availability_problem("mpich", "tcp", inv, t.NetConfig(tcp_interfaces=("eth9",))) \
         == "UCX_NET_DEVICES eth9 (partition extras) not among the tcp devices here (eth2, ib0)"
+
+
+def ucx_info_cuda_build() -> None:
+    text = _text("ucx_info/ucx9908-ucx1.16-cuda-gdrcopy-ucx_info-d-first-part.txt")
+    found = inventory.ucx_transports(text)
+    assert found == {"self": ["memory"], "tcp": ["ens21f0", "ib0", "lo"], "sysv": ["memory"],
+                     "posix": ["memory"], "cuda_copy": ["cuda"], "cuda_ipc": ["cuda"],
+                     "gdr_copy": ["cuda"]}
+    assert gpu_support.ucx_cuda_transports(text) == ["cuda_copy", "cuda_ipc", "gdr_copy"]
+    ucx = {k: tuple(v) for k, v in found.items()}
+    # gdr_copy is listed, so device buffers get it too (UCX's "cuda" alias names all three).
+    assert t.ucx_tls("tcp", ucx=ucx, buffer="cuda") == "tcp,cuda_copy,cuda_ipc,gdr_copy,self"
+    assert t.ucx_tls("tcp", ucx=ucx) == "tcp,self"
 
 
 # --- UCX lane logs and ob1 BTL output: the transport verification --------------------------
@@ -324,6 +346,17 @@ def ethtool_per_queue() -> None:
     assert stats["[1]: tx_bcast_packets"] == 8249
 
 
+def gpu_perftest_help_cuda() -> None:
+    text = _text("gpu/ucx9338-ucx_perftest-h-cuda-loaded.txt")
+    assert gpu_support.ucx_memory_types(text) == ["host", "cuda", "cuda-managed"]
+
+
+def gpu_perftest_help_host_only() -> None:
+    text = _text("gpu/ucx9338-ucx_perftest-h-cuda-not-loaded.txt")
+    assert gpu_support.ucx_memory_types(text) == ["host"]
+    assert gpu_support.ucx_cuda_transports(text) == []
+
+
 def gpu_ompi_without_cuda() -> None:
     text = _text("gpu/ompi12048-ompi_info-cuda-false.txt")
     assert gpu_support.ompi_cuda_support(text) is False
@@ -360,6 +393,11 @@ EXPECTATIONS: dict[str, Callable[[], None]] = {
     "ethtool/ethq8-mlx5_core-ethtool-S.txt": ethtool_mlx5,
     "ethtool/ethq6-bnx2x-ethtool-S-per-queue.txt": ethtool_per_queue,
     "gpu/ompi12048-ompi_info-cuda-false.txt": gpu_ompi_without_cuda,
+    "gpu/ucx9338-ucx_perftest-h-cuda-loaded.txt": gpu_perftest_help_cuda,
+    "gpu/ucx9338-ucx_perftest-h-cuda-not-loaded.txt": gpu_perftest_help_host_only,
+    "ucx_info/ucx9908-ucx1.16-cuda-gdrcopy-ucx_info-d-first-part.txt": ucx_info_cuda_build,
+    "ucx_perftest/ucx4587-old-table-final-only-tag_lat-rocm.txt":
+        ucx_perftest_old_table_final_only,
 }
 
 
