@@ -8,7 +8,12 @@ import subprocess
 import pytest
 
 from fabreg.run import gpu
-from fabreg.run.parsers.gpu_support import mpich_cuda_support, ompi_cuda_support, ucx_memory_types
+from fabreg.run.parsers.gpu_support import (
+    mpich_cuda_support,
+    ompi_cuda_support,
+    ucx_cuda_transports,
+    ucx_memory_types,
+)
 
 
 def test_host_buffers_always_allowed():
@@ -56,5 +61,13 @@ def test_real_ucx_perftest_memory_types():
     types = ucx_memory_types(text.stdout + text.stderr)
     assert "host" in types
     assert "bcopy" not in types  # a data layout (-D), not a memory type
-    if "cuda" not in types:
-        assert "UCX was built without CUDA" in gpu.ucx_cuda_problem()
+
+
+@pytest.mark.skipif(not shutil.which("ucx_info"), reason="ucx_info not installed")
+def test_real_ucx_info_decides_ucx_cuda_support():
+    text = subprocess.run(["ucx_info", "-d"], capture_output=True, text=True).stdout
+    if "cuda_copy" not in ucx_cuda_transports(text):
+        assert gpu.ucx_cuda_problem().startswith("UCX was built without CUDA (or cannot load it)")
+    else:
+        assert gpu.ucx_cuda_problem() is None
+    assert gpu.ucx_cuda_problem("no-such-ucx_info").startswith("ucx_info not found")

@@ -192,9 +192,10 @@ def _golden(golden, name):
 
 def test_ucx_lanes_from_real_info_logs(golden):
     tcp = ucx_lanes(_golden(golden, "openmpi-ucx-tcp-loginfo-osu_latency.txt"))
-    assert tcp == [UcxLane("self", "memory0"), UcxLane("tcp", "br0"), UcxLane("tcp", "lo")]
+    # ep_cfg[0] (each process's endpoint to itself: self/memory0 first) is left out.
+    assert tcp == [UcxLane("tcp", "br0"), UcxLane("tcp", "lo")]
     shm = ucx_lanes(_golden(golden, "openmpi-ucx-shm-loginfo-osu_latency.txt"))
-    assert [str(lane) for lane in shm] == ["self/memory0", "cma/memory", "sysv/memory"]
+    assert [str(lane) for lane in shm] == ["sysv/memory", "cma/memory"]
 
 
 def test_ucx_lanes_newer_log_format_and_non_tag_groups():
@@ -225,7 +226,7 @@ def test_verify_real_logs(golden):
     tcp = t.launch_spec("openmpi", "tcp", nodes=2, inventory=OMPI4)
     v = verify1(tcp, ucx_tcp)
     assert (v.ok, v.used) == (True, "tcp")
-    assert v.evidence == ("UCX tag lanes: self/memory0, tcp/br0, tcp/lo",)
+    assert v.evidence == ("UCX tag lanes: tcp/br0, tcp/lo",)
 
     v = verify1(tcp, ob1_tcp)
     assert not v.ok and v.used == "tcp_ob1"
@@ -289,11 +290,15 @@ def test_placement_across_nodes_is_part_of_verification(golden):
 def test_evidence_hosts_with_padded_pids():
     # As UCX 1.13 printed them on the emulated cluster (pid padded to five columns).
     text = ("[1795242700.174695] [node1:3025 :0]      ucp_worker.c:1763 UCX  INFO    "
-            "ep_cfg[0]: tag(self/memory0 tcp/fab0)\n"
+            "ep_cfg[1]: tag(tcp/fab0)\n"
             "[1795242700.180047] [node2:13026:0]      ucp_worker.c:1763 UCX  INFO    "
             "ep_cfg[1]: tag(tcp/fab0)\n"
             "[1795242700.180047] [node3:3027 :0]      parser.c:1916 UCX  INFO  UCX_* env\n"
-            "[node1:04184] mca: bml: Using tcp btl for send to [[23386,1],1] on node node2\n")
+            "[1795242700.174695] [node4:3028 :0]      ucp_worker.c:1763 UCX  INFO    "
+            "ep_cfg[0]: tag(self/memory0 tcp/fab0)\n"
+            "[node1:04184] mca: bml: Using tcp btl for send to [[23386,1],1] on node node2\n"
+            "[node5:04185] mca: bml: Using self btl for send to [[23386,1],2] on node node5\n")
+    # node4 printed only its endpoint to itself, node5 only its self BTL: neither is evidence.
     assert evidence_hosts(text) == ["node1", "node2"]
     spec = t.launch_spec("mpich", "tcp", nodes=2)
     assert t.verify(spec, text.split("[node1:04184]")[0]).ok
@@ -447,5 +452,26 @@ def test_ucx_level_helpers_for_other_tools(host_without_rdma):
     assert t.ucx_problem("tcp", inv) is None
     assert "no RDMA device" in t.ucx_problem("ucx_rc", inv)
     assert [t.ucx_class(n) for n in ("rc_mlx5", "ud_verbs", "dc_mlx5", "tcp", "cma", "self",
-                                     "cuda_ipc")] == [
-        "ucx_rc", "ucx_ud", "ucx_dc", "tcp", "shm", None, "cuda_ipc"]
+                                     "cuda_ipc", "cuda_copy", "gdr_copy", "mm", "rc", "ud",
+                                     "ugni_rdma")] == [
+        "ucx_rc", "ucx_ud", "ucx_dc", "tcp", "shm", None, "shm", None, None, "shm", "ucx_rc",
+        "ucx_ud", "ugni_rdma"]
+
+
+def test_device_buffers_add_what_each_mpi_needs():
+    # UCX FAQ: with UCX_TLS set, GPU memory is recognised only when the cuda transports are named.
+    with_gdr = {"rc_mlx5": ("mlx5_0:1",), "cuda_copy": ("cuda",), "cuda_ipc": ("cuda",),
+                "gdr_copy": ("gdr_copy",)}
+    assert t.ucx_tls("ucx_rc", ucx=with_gdr, buffer="cuda") == \
+        "rc_x,cuda_copy,cuda_ipc,gdr_copy,self"
+    assert t.ucx_tls("tcp", with_shm=True, buffer="cuda") == "tcp,sm,cuda_copy,cuda_ipc,self"
+    assert t.ucx_tls("shm", buffer="host") == "sm,self"
+    mpich = t.launch_spec("mpich", "shm", nodes=1, ranks_per_node=2, buffer="cuda")
+    assert dict(mpich.env)["UCX_TLS"] == "sm,cuda_copy,cuda_ipc,self"
+    ob1 = t.launch_spec("openmpi", "tcp_ob1", nodes=2, ranks_per_node=2, buffer="cuda")
+    assert dict(ob1.mca)["btl"] == "tcp,smcuda,self"
+    mv2 = t.launch_spec("mvapich2", "ucx_rc", nodes=2, buffer="cuda")
+    assert dict(mv2.env)["MV2_USE_CUDA"] == "1"
+    assert "MV2_USE_CUDA" not in dict(t.launch_spec("mvapich2", "ucx_rc", nodes=2).env)
+    with pytest.raises(FabregError, match="unknown buffer kind 'rocm'"):
+        t.launch_spec("mpich", "tcp", nodes=2, buffer="rocm")

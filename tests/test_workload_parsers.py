@@ -167,4 +167,23 @@ def test_perftest_gbit_units_and_short_rows():
 
 def test_perftest_connection_failure():
     text = " Couldn't connect to 10.0.0.2:18515\n Unable to open file descriptor\n"
-    assert perftest_failure(text) == "perftest failed: Couldn't connect to 10.0.0.2:18515"
+    assert perftest_failure(text) == ("perftest failed: no perftest server answered at "
+                                      "10.0.0.2:18515 (Couldn't connect to 10.0.0.2:18515)")
+
+
+def test_perftest_duration_latency_header():
+    # RESULT_FMT_LAT_DUR of perftest's perftest_parameters.h: what -D latency runs print.
+    text = (" #bytes        #iterations       t_avg[usec]    tps average\n"
+            " 2             1289984            3.88           128993.46\n")
+    table = parse_perftest(text)
+    assert table.columns == ["bytes", "iterations", "t_avg", "tps_average"]
+    assert table.duration_mode and table.units == {"t_avg": "usec"}
+    assert table.rows[2] == {"iterations": 1289984.0, "t_avg": 3.88, "tps_average": 128993.46}
+    with pytest.raises(ValueError, match="not a bandwidth"):
+        table.bandwidth_mbs(2, "t_avg")
+
+
+def test_perftest_port_state_reason():
+    # perftest_parameters.c: " Port number %d state is %s" when the port is not Active.
+    assert perftest_failure(" Port number 1 state is Down\n") == (
+        "perftest failed: port 1 of the RDMA device is Down, not Active")

@@ -11,7 +11,11 @@ import glob
 import shutil
 import subprocess
 
-from fabreg.run.parsers.gpu_support import mpich_cuda_support, ompi_cuda_support, ucx_memory_types
+from fabreg.run.parsers.gpu_support import (
+    mpich_cuda_support,
+    ompi_cuda_support,
+    ucx_cuda_transports,
+)
 
 BUFFERS = ("host", "cuda")
 
@@ -60,15 +64,19 @@ def mpi_cuda_problem(mpi: str, tools_dir: str | None = None) -> str | None:
     return None
 
 
-def ucx_cuda_problem() -> str | None:
-    """Why ucx_perftest cannot use CUDA memory, or None."""
-    text = _output(["ucx_perftest", "-h"])
+def ucx_cuda_problem(ucx_info: str = "ucx_info") -> str | None:
+    """Why UCX (ucx_perftest) cannot use CUDA memory, or None.
+
+    Read from ``ucx_info -d`` (a ``cuda_copy`` transport), not from ``ucx_perftest
+    -h``: since UCX 1.16 its help lists every memory type, built or not.
+    """
+    text = _output([ucx_info, "-d"])
     if text is None:
-        return "ucx_perftest not found"
-    types = ucx_memory_types(text)
-    if "cuda" not in types:
-        return (f"UCX was built without CUDA: ucx_perftest offers memory types "
-                f"{', '.join(types) or 'none'}")
+        return "ucx_info not found (install UCX's tools, e.g. ucx-utils)"
+    cuda = ucx_cuda_transports(text)
+    if "cuda_copy" not in cuda:
+        return ("UCX was built without CUDA (or cannot load it): `ucx_info -d` lists no "
+                "cuda_copy transport" + (f" (only {', '.join(cuda)})" if cuda else ""))
     return None
 
 

@@ -11,7 +11,7 @@ ucx_ud     inter-node  RDMA unreliable datagram (UCX ``ud``/``ud_x``; MVAPICH2 U
 ucx_dc     inter-node  RDMA dynamically connected (UCX ``dc_x``, mlx5 only)
 tcp        inter-node  TCP sockets (UCX ``tcp``; MVAPICH2 socket-channel build)
 tcp_ob1    inter-node  TCP through Open MPI's ob1 PML and TCP BTL, no UCX at all
-shm        intra-node  shared memory within one node
+shm        intra-node  shared memory within one node (UCX ``cuda_ipc`` for GPU buffers)
 =========  ==========  ==============================================================
 
 Three jobs, one module, so a newcomer finds them together:
@@ -75,19 +75,34 @@ _UNSUPPORTED_WHY = {
 }
 
 #: UCX transport names (as ``ucx_info -d`` and the UCX log print them) per fabreg transport.
+#: ``cuda_ipc`` moves device buffers between GPUs of one node, so it is shared memory too.
 UCX_NAMES: dict[str, tuple[str, ...]] = {
     "ucx_rc": ("rc_mlx5", "rc_verbs"),
     "ucx_ud": ("ud_mlx5", "ud_verbs"),
     "ucx_dc": ("dc_mlx5",),
     "tcp": ("tcp",),
-    "shm": ("posix", "sysv", "cma", "xpmem", "knem", "mm"),
+    "shm": ("posix", "sysv", "cma", "xpmem", "knem", "mm", "cuda_ipc"),
 }
-_UCX_CLASS = {name: t for t, names in UCX_NAMES.items() for name in names}
+#: Names older UCX releases print for the same transports (verbs ``rc``/``ud``/``dc``).
+_UCX_OLD_NAMES = {"ucx_rc": ("rc",), "ucx_ud": ("ud",), "ucx_dc": ("dc",)}
+#: UCX transports that copy memory within one process (to itself, between host and GPU,
+#: or through GDRCopy): they carry nothing between ranks, so they are no evidence.
+UCX_LOCAL_COPY = ("self", "cuda_copy", "gdr_copy")
+#: What ``UCX_TLS`` must add for device (CUDA) buffers, or UCX does not recognise them
+#: (UCX FAQ: "must also specify cuda ... for GPU memory support"); ``gdr_copy`` where present.
+UCX_CUDA_TLS = ("cuda_copy", "cuda_ipc")
+_UCX_CLASS = {name: t for names_of in (UCX_NAMES, _UCX_OLD_NAMES)
+              for t, names in names_of.items() for name in names}
+
+
+def _ucx_names(transport: str) -> tuple[str, ...]:
+    """Every name UCX may print for ``transport``, current ones first."""
+    return UCX_NAMES.get(transport, ()) + _UCX_OLD_NAMES.get(transport, ())
 #: ``UCX_TLS`` alias per transport: generic, and the mlx5-accelerated one when UCX has it.
 _UCX_TLS = {"ucx_rc": ("rc", "rc_x"), "ucx_ud": ("ud", "ud_x"), "ucx_dc": ("dc_x", "dc_x"),
             "tcp": ("tcp", "tcp"), "shm": ("sm", "sm")}
 _RDMA = ("ucx_rc", "ucx_ud", "ucx_dc")
-_OB1_CLASS = {"tcp": "tcp_ob1", "vader": "shm", "sm": "shm"}
+_OB1_CLASS = {"tcp": "tcp_ob1", "vader": "shm", "sm": "shm", "smcuda": "shm"}
 _MV2_SOCKET_DEVICES = ("ch3:sock", "ch3:nemesis", "ch3:nemesis:tcp")
 _OMPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun", "prterun", "oshrun")
 
@@ -180,22 +195,27 @@ class Inventory:
     declared: frozenset[str] | None = None
 
     def has_ucx(self, transport: str) -> bool:
-        return bool(self.ucx) and any(n in self.ucx for n in UCX_NAMES.get(transport, ()))
+        return bool(self.ucx) and any(n in self.ucx for n in _ucx_names(transport))
 
 
 def ucx_tls(transport: str, *, with_shm: bool = False,
-            ucx: Mapping[str, Sequence[str]] | None = None) -> str:
+            ucx: Mapping[str, Sequence[str]] | None = None, buffer: str = "host") -> str:
     """The ``UCX_TLS`` value that selects ``transport`` (plus ``self``, and ``sm`` if asked).
 
     The mlx5-accelerated alias (``rc_x``, ``ud_x``) is used when ``ucx`` (the
     ``ucx_info -d`` inventory) shows the mlx5 transport; else the generic one.
+    For ``buffer="cuda"`` the CUDA transports follow (``cuda_copy,cuda_ipc``, and
+    ``gdr_copy`` when the inventory lists it): without them UCX takes a device
+    pointer for host memory.
     """
     if transport not in _UCX_TLS:
         raise FabregError(f"transport {transport!r} is not selected through UCX")
     generic, accelerated = _UCX_TLS[transport]
     tls = accelerated if ucx is not None and UCX_NAMES[transport][0] in ucx else generic
-    parts = [tls] + (["sm"] if with_shm and transport != "shm" else []) + ["self"]
-    return ",".join(parts)
+    parts = [tls] + (["sm"] if with_shm and transport != "shm" else [])
+    if buffer == "cuda":
+        parts += [*UCX_CUDA_TLS, *(["gdr_copy"] if ucx is not None and "gdr_copy" in ucx else [])]
+    return ",".join([*parts, "self"])
 
 
 @dataclass(frozen=True)
@@ -252,18 +272,23 @@ def launcher_style(mpi: str, argv: Sequence[str] | None) -> str:
 
 def launch_spec(mpi: str, transport: str, *, nodes: int, ranks_per_node: int = 1,
                 net: NetConfig | None = None, inventory: Inventory | None = None,
-                verify: bool = True) -> LaunchSpec:
+                verify: bool = True, buffer: str = "host") -> LaunchSpec:
     """The launch options and environment that run ``mpi`` over ``transport``.
 
     Raises ``FabregError`` for a combination that can never run (see
     ``combination_problem``). With ``ranks_per_node > 1`` an inter-node
     transport keeps shared memory for ranks on the same node, as production
     jobs do; verification then accepts ``shm`` next to the transport asked for.
+    ``buffer="cuda"`` (device buffers) adds what each MPI needs to take them:
+    UCX's CUDA transports, Open MPI's ``smcuda`` BTL, ``MV2_USE_CUDA=1``.
     """
     check_combination(mpi, transport, nodes, ranks_per_node)
+    if buffer not in ("host", "cuda"):
+        raise FabregError(f"unknown buffer kind {buffer!r} (known: host, cuda)")
     net = net or NetConfig()
     builder = {"openmpi": _openmpi, "mpich": _mpich, "mvapich2": _mvapich2}[mpi]
-    mca, env, hint = builder(transport, ranks_per_node > 1, net, inventory or Inventory(mpi))
+    mca, env, hint = builder(transport, ranks_per_node > 1, net, inventory or Inventory(mpi),
+                             buffer)
     if verify:
         if mpi == "openmpi":
             mca.append(("btl_base_verbose", "100"))
@@ -284,15 +309,16 @@ _MV2_HINT = "MVAPICH2's environment report (MV2_SHOW_ENV_INFO=2)"
 
 
 def _ucx_env(transport: str, shared: bool, net: NetConfig,
-             inventory: Inventory) -> list[tuple[str, str]]:
-    env = [("UCX_TLS", ucx_tls(transport, with_shm=shared, ucx=inventory.ucx))]
+             inventory: Inventory, buffer: str) -> list[tuple[str, str]]:
+    env = [("UCX_TLS", ucx_tls(transport, with_shm=shared, ucx=inventory.ucx, buffer=buffer))]
     devices = net.devices_for(transport)
     if devices:
         env.append(("UCX_NET_DEVICES", ",".join(devices)))
     return env
 
 
-def _openmpi(transport: str, shared: bool, net: NetConfig, inventory: Inventory) -> _Built:
+def _openmpi(transport: str, shared: bool, net: NetConfig, inventory: Inventory,
+             buffer: str) -> _Built:
     version = inventory.mpi_version
     if transport in ("tcp_ob1", "shm"):
         # Open MPI 4 calls its shared-memory BTL vader; Open MPI 5 renamed it sm.
@@ -300,6 +326,8 @@ def _openmpi(transport: str, shared: bool, net: NetConfig, inventory: Inventory)
         comps = inventory.ompi_components or frozenset()
         if ("btl", "vader") in comps or ("btl", "sm") in comps:
             shm_btl = "vader" if ("btl", "vader") in comps else "sm"
+        if buffer == "cuda":
+            shm_btl = "smcuda"  # ob1's only shared-memory path for device buffers
         if transport == "shm":
             btls = [shm_btl, "self"]
         else:
@@ -312,15 +340,17 @@ def _openmpi(transport: str, shared: bool, net: NetConfig, inventory: Inventory)
     if transport == "tcp" and (version is None or version >= (4, 1)):
         # Open MPI's UCX PML only accepts RDMA devices unless told otherwise.
         mca += [("pml_ucx_tls", "any"), ("pml_ucx_devices", "any")]
-    return mca, _ucx_env(transport, shared, net, inventory), _UCX_HINT
+    return mca, _ucx_env(transport, shared, net, inventory, buffer), _UCX_HINT
 
 
-def _mpich(transport: str, shared: bool, net: NetConfig, inventory: Inventory) -> _Built:
+def _mpich(transport: str, shared: bool, net: NetConfig, inventory: Inventory,
+           buffer: str) -> _Built:
     # Debian's MPICH is ch4:ucx: UCX_TLS alone selects the transport, shm included.
-    return [], _ucx_env(transport, shared, net, inventory), _UCX_HINT
+    return [], _ucx_env(transport, shared, net, inventory, buffer), _UCX_HINT
 
 
-def _mvapich2(transport: str, shared: bool, net: NetConfig, inventory: Inventory) -> _Built:
+def _mvapich2(transport: str, shared: bool, net: NetConfig, inventory: Inventory,
+              buffer: str) -> _Built:
     hca = [("MV2_IBA_HCA", ":".join(d.split(":")[0] for d in net.rdma_devices))] \
         if net.rdma_devices else []
     if transport == "ucx_rc":
@@ -331,6 +361,8 @@ def _mvapich2(transport: str, shared: bool, net: NetConfig, inventory: Inventory
         env = [("MV2_USE_SHARED_MEM", "1")]
     else:  # tcp: a socket-channel build has nothing to select
         env = []
+    if buffer == "cuda":
+        env.append(("MV2_USE_CUDA", "1"))  # off by default in MVAPICH2(-GDR)
     return [], env, _MV2_HINT
 
 
@@ -445,7 +477,7 @@ def ucx_problem(transport: str, inventory: Inventory, net: NetConfig | None = No
     names = UCX_NAMES[transport]
     if inventory.ucx is None:
         return f"cannot tell whether UCX offers {transport}: {inventory.ucx_problem}"
-    have = [n for n in names if n in inventory.ucx]
+    have = [n for n in _ucx_names(transport) if n in inventory.ucx]
     if not have:
         lists = ", ".join(sorted(inventory.ucx)) or "nothing"
         why = " (no RDMA device)" if transport in _RDMA and not any(
@@ -502,9 +534,10 @@ class Verification:
 def ucx_class(ucx_transport: str) -> str | None:
     """The fabreg transport a UCX transport name belongs to (``rc_mlx5`` -> ``ucx_rc``).
 
-    ``self`` (a process talking to itself) belongs to none; unknown names stay as they are.
+    Copies within one process (``self``, ``cuda_copy``, ``gdr_copy``) belong to
+    none; ``cuda_ipc`` is shared memory; unknown names stay as they are.
     """
-    if ucx_transport == "self":
+    if ucx_transport in UCX_LOCAL_COPY:
         return None
     return _UCX_CLASS.get(ucx_transport, ucx_transport)
 

@@ -196,8 +196,10 @@ class MpiCheck(FabregCheck):
                                     f"{part.fullname}: {problem}")
         nodes, rpn = self.placement()
         with reframe_errors():
+            # GPU variants (checks/gpu_buffers.py) add a ``buffer`` parameter.
             return tx.launch_spec(self.mpi, self.transport, nodes=nodes, ranks_per_node=rpn,
-                                  net=net, inventory=inventory, verify=self.verify_transport)
+                                  net=net, inventory=inventory, verify=self.verify_transport,
+                                  buffer=getattr(self, "buffer", "host"))
 
     def launcher_style(self) -> str:
         argv = self.current_environ.extras.get("launcher") or [

@@ -94,7 +94,7 @@ class UcxPerftestCheck(ClientServerCheck):
             problem = tx.ucx_problem(self.transport, inventory, net)
             self.skip_if(bool(problem), f"{self.transport} is unavailable to UCX on "
                                         f"{part.fullname}: {problem}")
-        self.ucx_tls = tx.ucx_tls(self.transport, ucx=inventory.ucx)
+        self.ucx_tls = tx.ucx_tls(self.transport, ucx=inventory.ucx, buffer=self.buffer)
         devices = net.devices_for(self.transport)
         if devices:
             self.env_vars["UCX_NET_DEVICES"] = ",".join(devices)
@@ -151,7 +151,8 @@ class UcxPerftestCheck(ClientServerCheck):
 
     @run_before("performance")
     def set_perf_variables(self) -> None:
-        fields = ("p50_usec", "average_usec", "bandwidth_average_mbs", "msgrate_average")
+        # ucx_perftest prints MiB/s as "MB/s": logged in decimal MB/s, like OSU and perftest.
+        fields = ("p50_usec", "average_usec", "bandwidth_average_decimal_mbs", "msgrate_average")
         units = ("us", "us", "MB/s", "msg/s")
         lower = (True, True, False, False)
 

@@ -10,6 +10,7 @@ import re
 
 _UCX_TRANSPORT = re.compile(r"^#\s+Transport:\s*(?P<name>\S+)\s*$")
 _UCX_DEVICE = re.compile(r"^#\s+Device:\s*(?P<name>\S+)\s*$")
+_UCX_DOMAIN = re.compile(r"^#\s+(?:Memory domain|Connection manager|Component):")
 _OMPI_COMPONENT = re.compile(r"^mca:(?P<framework>\w+):(?P<component>\w+):version:")
 _OMPI_VERSION = re.compile(r"^ompi:version:full:(?P<version>\S+)\s*$", re.MULTILINE)
 _HYDRA_DEVICE = re.compile(r"--with-device=(?P<device>[\w:]+)")
@@ -17,20 +18,27 @@ _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 def ucx_transports(text: str) -> dict[str, list[str]]:
-    """``ucx_info -d`` -> ``{transport: [device, ...]}``, e.g. ``{"tcp": ["lo", "eth0"]}``."""
+    """``ucx_info -d`` -> ``{transport: [device, ...]}``, e.g. ``{"tcp": ["lo", "eth0"]}``.
+
+    UCX 1.10 and later print a ``Transport:`` line before every ``Device:``;
+    older releases print one ``Transport:`` line and then each of its devices,
+    and name some transports differently (``rc``, ``ud``, ``mm``): every device
+    counts until the next transport or memory domain, and names stay as printed.
+    """
     out: dict[str, list[str]] = {}
     current: str | None = None
     for line in text.splitlines():
-        m = _UCX_TRANSPORT.match(line)
-        if m:
+        if m := _UCX_TRANSPORT.match(line):
             current = m["name"]
+            continue
+        if _UCX_DOMAIN.match(line):
+            current = None
             continue
         m = _UCX_DEVICE.match(line)
         if m and current is not None:
             devices = out.setdefault(current, [])
             if m["name"] not in devices:
                 devices.append(m["name"])
-            current = None
     return out
 
 

@@ -5,11 +5,18 @@ perftest prints a banner, then one table whose header line starts with
 ``#bytes #iterations BW peak[MB/sec] BW average[MB/sec] MsgRate[Mpps]`` (newer
 releases say ``MiB/sec``, ``--report_gbits`` says ``Gb/sec``); latency tests print
 ``#bytes #iterations t_min[usec] t_max[usec] t_typical[usec] t_avg[usec]
-t_stdev[usec] 99% percentile[usec] 99.9% percentile[usec]``. Columns are read
-from the header, so extra columns (bidirectional, CPU utilisation) pass through.
+t_stdev[usec] 99% percentile[usec] 99.9% percentile[usec]``, or in duration
+mode (``-D``) only ``#bytes #iterations t_avg[usec] tps average``. Columns are
+read from the header, so extra columns (bidirectional, CPU utilisation) pass through.
+
+perftest's ``MB/sec`` and ``MiB/sec`` are both 2^20 bytes per second (its
+source divides by 0x100000) and ``Gb/sec`` is 10^9 bits per second:
+``PerftestTable.bandwidth_mbs`` converts either to decimal MB/s (10^6 B/s), the
+unit OSU and ucx_perftest report, so the figures compare.
 
 On a host without an RDMA device perftest prints ``Did not detect devices``;
-``no_device_reason`` turns that into a skip reason.
+``no_device_reason`` turns that into a skip reason; ``failure_reason`` names
+the other failures perftest reports (peer gone, QP not connected, port down).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 
 _HEADER_START = re.compile(r"^\s*#bytes\b")
-_COLUMN = re.compile(r"#\w+|[^\s\[\]][^\[\]]*?\[[^\]]*\]|[^\s\[\]]+")
+_COLUMN = re.compile(r"#\w+|tps average|[^\s\[\]][^\[\]]*?\[[^\]]*\]|[^\s\[\]]+")
 _UNIT = re.compile(r"^(?P<name>.*?)\s*\[(?P<unit>[^\]]*)\]$")
 _ROW = re.compile(r"^\s*\d+\s+\d+(\s+[-+0-9.eE]+)+\s*$")
 _TITLE = re.compile(r"^\s*(?P<title>\S.*\b(?:BW|Lat|Latency) Test)\s*$")
@@ -37,18 +44,36 @@ _KEYS = {
     "t_stdev": "t_stdev",
     "99% percentile": "t_p99",
     "99.9% percentile": "t_p99_9",
+    "tps average": "tps_average",
 }
+#: Bytes per second of one unit of each bandwidth unit perftest prints.
+_BYTES_PER_S = {"MB/sec": 1 << 20, "MiB/sec": 1 << 20, "Gb/sec": 1e9 / 8}
 
 _NO_DEVICE_MARKERS = ("Did not detect devices", "Unable to find the Infiniband/RoCE device")
-_FAILURE_MARKERS = (
-    "Couldn't connect to",
-    "Unable to open file descriptor for socket connection",
-    "Couldn't get device attributes",
-    "Failed to create QP",
-    "Couldn't allocate MR",
-    "Unable to init the socket connection",
-    "Conflicting arguments",
-    "invalid option",
+#: (marker perftest prints, what it means), most specific first.
+_FAILURES = (
+    (re.compile(r"Couldn't read remote address"),
+     "the peer's connection data never arrived (ethernet_read_keys: Couldn't read remote "
+     "address): the other side failed or exited before the exchange"),
+    (re.compile(r"Failed to modify QP(?: \d+)? to (?P<state>\w+)"),
+     "the queue pair could not be brought to {state} (Failed to modify QP to {state}): "
+     "the two ends disagree on addressing (GID index, LID, MTU) or the link is down"),
+    (re.compile(r"Port number (?P<port>\d+) state is (?P<pstate>\w+)"),
+     "port {port} of the RDMA device is {pstate}, not Active"),
+    (re.compile(r"Couldn't connect to (?P<peer>\S+)"),
+     "no perftest server answered at {peer} (Couldn't connect to {peer})"),
+    (re.compile(r"Completion with error at (?P<side>client|server)"),
+     "a work request completed with an error at the {side} (Completion with error)"),
+    (re.compile(r"Couldn't allocate MR"), "memory registration failed (Couldn't allocate MR)"),
+    (re.compile(r"Failed to create QP"), "creating the queue pair failed (Failed to create QP)"),
+    (re.compile(r"Couldn't get (?:context for the device|device attributes)"),
+     "the RDMA device could not be opened (Couldn't get context for the device)"),
+    (re.compile(r"Link layer on port \d+ is Unknown"), "the port's link layer is unknown"),
+    (re.compile(r"Unable to (?:open file descriptor for socket connection|init the socket "
+                r"connection)"),
+     "the control connection to the peer could not be set up"),
+    (re.compile(r"Conflicting arguments|invalid option|unrecognized option"),
+     "perftest rejected its options"),
 )
 
 
@@ -78,6 +103,18 @@ class PerftestTable:
 
     def value(self, size: int, key: str) -> float:
         return self.rows[size][key]
+
+    @property
+    def duration_mode(self) -> bool:
+        """A latency table of a ``-D`` run: average and transactions per second only."""
+        return "tps_average" in self.columns
+
+    def bandwidth_mbs(self, size: int, key: str = "bw_average") -> float:
+        """A bandwidth column in decimal MB/s (10^6 B/s), converted from the printed unit."""
+        unit = self.units.get(key, "")
+        if unit not in _BYTES_PER_S:
+            raise ValueError(f"column {key!r} is in {unit or 'no unit'!r}, not a bandwidth")
+        return self.rows[size][key] * _BYTES_PER_S[unit] / 1e6
 
 
 def parse_perftest(text: str) -> PerftestTable:
@@ -120,7 +157,7 @@ def failure_reason(text: str) -> str | None:
         return reason
     if parse_perftest(text).rows:
         return None
-    for line in text.splitlines():
-        if any(marker in line for marker in _FAILURE_MARKERS):
-            return "perftest failed: " + line.strip()
+    for pattern, meaning in _FAILURES:
+        if m := pattern.search(text):
+            return "perftest failed: " + meaning.format(**m.groupdict())
     return "perftest printed no result table"

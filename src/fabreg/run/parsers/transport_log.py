@@ -7,7 +7,10 @@ Three sources, each switched on by ``fabreg.run.transport`` when it builds a lau
   ``ucp_worker.c:1763 UCX  INFO    ep_cfg[1]: tag(tcp/lo tcp/eth0) am(...)``
   and (UCX >= 1.14) ``ucp_context_0 inter-node cfg#2 tag(rc_mlx5/mlx5_0:1)``.
   MPI point-to-point and collectives use the ``tag`` lanes; ``am`` is the
-  fallback when a line has no ``tag`` group.
+  fallback when a line has no ``tag`` group. Every process also prints the
+  configuration of its endpoint to itself (``self`` scope, or a ``self/...``
+  lane, e.g. ``tag(self/memory0 knem/memory cuda_copy/cuda rc_mlx5/mlx5_0:1)``):
+  those lanes carry nothing between ranks and are not evidence.
 - OpenMPI's ob1 PML at ``btl_base_verbose 100`` prints, per peer,
   ``mca: bml: Using tcp btl for send to [[16619,1],0] on node vm``.
 - MVAPICH2 at ``MV2_SHOW_ENV_INFO=2`` prints a ``MVAPICH2-<version> Parameters``
@@ -24,14 +27,16 @@ from dataclasses import dataclass
 
 # "ep_cfg[1]: tag(...)" (UCX <= 1.13) or "<name> self|intra-node|inter-node cfg#2 tag(...)"
 _UCX_EP_CONFIG = re.compile(
-    r"UCX\s+INFO\s+.*?(?:ep_cfg\[\d+\]:|\b(?:self|intra-node|inter-node)\s+cfg#\d+)\s*(?P<groups>.*)$"
+    r"UCX\s+INFO\s+.*?(?:ep_cfg\[\d+\]:|\b(?P<scope>self|intra-node|inter-node)\s+cfg#\d+)"
+    r"\s*(?P<groups>.*)$"
 )
 _UCX_GROUP = re.compile(r"(?P<op>[a-z_]+)\((?P<lanes>[^)]*)\)")
 _OB1_BTL = re.compile(r"mca: bml: Using (?P<btl>\w+) btl for send to \S+")
 # "[1795239094.617139] [vm:11271:0]  ucp_worker.c..." (UCX) and "[vm:11289] mca: bml: ..." (ob1)
 # (UCX pads the pid: "[node1:3025 :0]")
-_UCX_HOST = re.compile(r"^\[[\d.]+\]\s+\[(?P<host>[^:\]\s]+):\s*\d+\s*:\s*\d+\s*\]")
-_OB1_HOST = re.compile(r"^\[(?P<host>[^:\]\s]+):\d+\] mca: bml: Using ")
+# (the last field is UCX's thread index, a letter past 9: "[host1:42:a]")
+_UCX_HOST = re.compile(r"^\[[\d.]+\]\s+\[(?P<host>[^:\]\s]+):\s*\d+\s*:\s*\w+\s*\]")
+_OB1_HOST = re.compile(r"^\[(?P<host>[^:\]\s]+):\d+\] mca: bml: Using (?!self btl)")
 _MV2_HEADER = re.compile(r"^\s*MVAPICH2-(?P<version>\S+) Parameters\s*$")
 _MV2_FIELD = re.compile(r"^\s+(?P<name>[A-Za-z0-9_ :]+?)\s*:\s*(?P<value>.*?)\s*$")
 
@@ -47,18 +52,33 @@ class UcxLane:
         return f"{self.transport}/{self.device}"
 
 
+def _peer_groups(line: str) -> dict[str, str] | None:
+    """``{op: lanes}`` of a UCX endpoint line to another process; None for any other line.
+
+    The endpoint a process opens to itself (``self`` scope, or a ``self``
+    lane) is left out: its lanes (``self``, ``knem``, ``cuda_copy``, even a
+    NIC) carry nothing between ranks.
+    """
+    m = _UCX_EP_CONFIG.search(line)
+    if not m:
+        return None
+    groups = {g["op"]: g["lanes"] for g in _UCX_GROUP.finditer(m["groups"])}
+    loopback = m["scope"] == "self" or any(
+        token.partition("/")[0] == "self" for lanes in groups.values() for token in lanes.split())
+    return None if loopback else groups
+
+
 def ucx_lanes(text: str, ops: tuple[str, ...] = ("tag", "am")) -> list[UcxLane]:
-    """The distinct lanes UCX selected for MPI messages, in order of first appearance.
+    """The distinct lanes UCX selected for messages to other ranks, first appearance first.
 
     Per endpoint line, the lanes of the first of ``ops`` it lists: MPI traffic uses
     ``tag`` (``am`` as fallback); UCX tools doing RMA pass ``("rma", "rma_am")``.
     """
     seen: dict[UcxLane, None] = {}
     for line in text.splitlines():
-        m = _UCX_EP_CONFIG.search(line)
-        if not m:
+        groups = _peer_groups(line)
+        if groups is None:
             continue
-        groups = {g["op"]: g["lanes"] for g in _UCX_GROUP.finditer(m["groups"])}
         lanes = next((groups[op] for op in ops if op in groups), "")
         for token in lanes.split():
             transport, _, device = token.partition("/")
@@ -67,11 +87,11 @@ def ucx_lanes(text: str, ops: tuple[str, ...] = ("tag", "am")) -> list[UcxLane]:
 
 
 def evidence_hosts(text: str) -> list[str]:
-    """Hosts that printed UCX endpoint or ob1 BTL lines (each rank prints its own host)."""
+    """Hosts that printed UCX endpoint lines to a peer, or ob1 BTL lines (per rank, its host)."""
     seen: dict[str, None] = {}
     for line in text.splitlines():
         m = _OB1_HOST.match(line)
-        if not m and _UCX_EP_CONFIG.search(line):
+        if not m and _peer_groups(line) is not None:
             m = _UCX_HOST.match(line)
         if m:
             seen.setdefault(m["host"], None)

@@ -1,11 +1,15 @@
-"""Parse the client side of UCX ``ucx_perftest`` (UCX 1.13 table format).
+"""Parse the client side of UCX ``ucx_perftest`` (table formats of UCX 1.0 to 1.19).
 
 The client prints a table header and, with default options, one ``Final:`` row:
 iterations, then p50 / average / overall of latency (ping-pong tests such as
 ``tag_lat``) or of per-message overhead (streaming tests such as ``tag_bw``,
 ``ucp_put_bw``), then bandwidth (MB/s) and message rate (msg/s), each as
-average and overall. A failed run prints ``UCX  ERROR`` lines instead; they are
-turned into one reason a check can report (or skip on).
+average and overall. Releases before the ``Stage`` column (UCX 1.5 and
+older) print no ``Final:`` label: their header reads ``| # iterations | typical
+| ...`` and the last unlabelled row is the final one (a run cut short leaves
+fewer iterations than asked, which the check compares). A failed run prints
+``UCX  ERROR`` lines instead; they are turned into one reason a check can
+report (or skip on).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from fabreg.errors import FabregError
 
 _NUMBER = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 _FINAL = re.compile(r"^Final:\s+(?P<values>(?:" + _NUMBER + r"\s*){8})$")
+_UNLABELLED = re.compile(r"^(?P<values>(?:" + _NUMBER + r"\s*){8})$")
+_OLD_HEADER = re.compile(r"^\|\s*# iterations\s*\|")
 _KIND = re.compile(r"\|\s*(?P<kind>latency|overhead) \(usec\)\s*\|")
 _UNAVAILABLE = re.compile(
     r"transport '(?P<tl>[^']+)' is not available, please use one or more of: (?P<avail>.+)$"
@@ -47,14 +53,20 @@ class UcxPerftestResult:
     p50_usec: float
     average_usec: float
     overall_usec: float
+    #: Bandwidth as printed: ucx_perftest's "MB/s" divides by 1024*1024 (MiB/s).
     bandwidth_average_mbs: float
     bandwidth_overall_mbs: float
     msgrate_average: float
     msgrate_overall: float
 
+    @property
+    def bandwidth_average_decimal_mbs(self) -> float:
+        """The average bandwidth in decimal MB/s (10^6 B/s), as OSU and perftest are logged."""
+        return self.bandwidth_average_mbs * (1 << 20) / 1e6
+
 
 def failure_reason(text: str) -> str | None:
-    """Why a run produced no ``Final:`` row, or ``None`` if it produced one."""
+    """Why a run produced no result row, or ``None`` if it produced one."""
     try:
         parse_ucx_perftest(text)
     except UcxPerftestError as err:
@@ -92,20 +104,31 @@ def parse_ucx_perftest(text: str) -> UcxPerftestResult:
     """The ``Final:`` row of ``text``; raises UcxPerftestError with a reason otherwise."""
     lines = text.splitlines()
     kind = None
+    old_table = False
+    last_unlabelled: list[str] | None = None
     for line in lines:
         if kind is None and (m := _KIND.search(line)):
             kind = m["kind"]
+        if _OLD_HEADER.match(line.strip()):
+            old_table = True
         if m := _FINAL.match(line.strip()):
-            values = m["values"].split()
-            return UcxPerftestResult(
-                kind=kind or "latency",
-                iterations=int(float(values[0])),
-                p50_usec=float(values[1]),
-                average_usec=float(values[2]),
-                overall_usec=float(values[3]),
-                bandwidth_average_mbs=float(values[4]),
-                bandwidth_overall_mbs=float(values[5]),
-                msgrate_average=float(values[6]),
-                msgrate_overall=float(values[7]),
-            )
+            return _result(kind, m["values"].split())
+        if old_table and (m := _UNLABELLED.match(line.strip())):
+            last_unlabelled = m["values"].split()
+    if last_unlabelled is not None:
+        return _result(kind, last_unlabelled)
     raise _error_reason(lines)
+
+
+def _result(kind: str | None, values: list[str]) -> UcxPerftestResult:
+    return UcxPerftestResult(
+        kind=kind or "latency",
+        iterations=int(float(values[0])),
+        p50_usec=float(values[1]),
+        average_usec=float(values[2]),
+        overall_usec=float(values[3]),
+        bandwidth_average_mbs=float(values[4]),
+        bandwidth_overall_mbs=float(values[5]),
+        msgrate_average=float(values[6]),
+        msgrate_overall=float(values[7]),
+    )
