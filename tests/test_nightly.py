@@ -86,3 +86,44 @@ def test_bad_usage_is_a_one_line_error_and_runs_nothing(tmp_path: Path):
         assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(
             f"fabreg: error: {words}"), proc.stderr
     assert not (tmp_path / "report").exists() and not (tmp_path / "no").exists()
+
+
+TEMPLATES = REPO / "ci" / "templates"
+
+
+def _nightly_lines(text: str) -> list[str]:
+    return [line[line.index("fabreg nightly"):] for line in text.splitlines()
+            if "fabreg nightly " in line and not line.lstrip().startswith(("#", "name:"))]
+
+
+@pytest.mark.parametrize("name", ["scrontab", "gitlab-ci.yml", "github-nightly.yml"])
+def test_ci_templates_run_a_valid_nightly_command(name: str):
+    """Each template's command parses with the real `fabreg nightly` options, and the YAML
+    ones are valid YAML of the shape their CI expects."""
+    import shlex
+
+    import yaml
+
+    from fabreg.cli import build_parser
+
+    text = (TEMPLATES / name).read_text()
+    if name == "gitlab-ci.yml":
+        job = yaml.safe_load(text)["fabreg-nightly"]
+        commands = job["script"]
+        assert job["artifacts"]["reports"]["junit"] == "report/reframe-junit.xml"
+    elif name == "github-nightly.yml":
+        workflow = yaml.safe_load(text)
+        steps = workflow["jobs"]["nightly"]["steps"]
+        assert "self-hosted" in workflow["jobs"]["nightly"]["runs-on"]
+        # GitHub's expression syntax is filled in by the runner: drop it to parse the rest.
+        commands = [re.sub(r"\$\{\{.*?\}\}", "", s["run"]) for s in steps if "run" in s]
+    else:
+        entries = [line for line in text.splitlines() if line and line[0].isdigit()]
+        assert len(entries) == 1 and len(entries[0].split(None, 5)) == 6  # m h dom mon dow cmd
+        assert sum(line.startswith("#SCRON ") for line in text.splitlines()) >= 3
+        commands = [entries[0].split(None, 5)[5]]
+    lines = [line for c in commands for line in _nightly_lines(c)]
+    assert len(lines) == 1, commands
+    argv = shlex.split(re.sub(r"<[^>]*>", "X", lines[0]))[1:]  # placeholders -> a word
+    args = build_parser().parse_args(argv)
+    assert args.func is nightly.run and "--mode" in args.reframe_args

@@ -45,8 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                "fabreg nightly --tag quick -- --mode nightly -p openmpi")
     p.add_argument("-t", "--tag", action="append", default=[], metavar="TAG",
                    help="run only checks with this tag (repeatable; default: the whole suite)")
-    p.add_argument("-C", "--config", default="reframe-config.py", metavar="FILE",
-                   help="ReFrame configuration (default %(default)s)")
+    p.add_argument("-C", "--config", action="append", metavar="FILE",
+                   help="ReFrame configuration, repeatable as in ReFrame (a site's file after "
+                        "reframe-config.py, docs/site.md; default reframe-config.py)")
     p.add_argument("-c", "--checks", default="checks", metavar="DIR",
                    help="check search path (default %(default)s)")
     p.add_argument("--perflogs", metavar="DIR",
@@ -118,14 +119,16 @@ def _fabreg(*args: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    config, checks = Path(args.config), Path(args.checks)
-    if not config.is_file():
-        raise FabregError(f"--config {config}: no such file (run from the fabreg checkout, or "
-                          "give -C)")
+    configs = [Path(c) for c in args.config or ["reframe-config.py"]]
+    checks = Path(args.checks)
+    for config in configs:
+        if not config.is_file():
+            raise FabregError(f"--config {config}: no such file (run from the fabreg checkout, "
+                              "or give -C)")
     if not checks.exists():
         raise FabregError(f"--checks {checks}: no such file or directory")
     perflogs = Path(args.perflogs or os.environ.get("FABREG_PERFLOG_DIR")
-                    or config.resolve().parent / "perflogs")
+                    or configs[0].resolve().parent / "perflogs")
     db = args.db or os.environ.get("FABREG_DB") or str(perflogs / "fabreg.db")
     report = Path(args.report)
     if report.exists() and not report.is_dir():
@@ -147,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     if junit.exists():
         junit.unlink()  # never read last night's report as tonight's
 
-    command = [reframe, "-C", str(config), "-c", str(checks), "-r",
+    command = [reframe, *(arg for c in configs for arg in ("-C", str(c))), "-c", str(checks), "-r",
                *(f"--tag={t}" for t in args.tag), f"--report-junit={junit}", *passthrough]
     _step(1, "reframe " + " ".join(command[1:]))
     env = dict(os.environ, FABREG_PERFLOG_DIR=str(perflogs.resolve()))
