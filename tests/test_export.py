@@ -353,6 +353,7 @@ def test_real_prometheus_scrapes_serve_metrics_and_answers_the_dashboard(store_d
 
     server, url = _serve("--db", str(store_db))
     prom = None
+    log = (tmp_path / "prometheus.log").open("w")
     try:
         target = urllib.parse.urlsplit(url).netloc
         config = tmp_path / "prometheus.yml"
@@ -362,7 +363,6 @@ def test_real_prometheus_scrapes_serve_metrics_and_answers_the_dashboard(store_d
             f"      - targets: ['{target}']\n")
         port = _free_port()
         base = f"http://127.0.0.1:{port}"
-        log = (tmp_path / "prometheus.log").open("w")
         prom = subprocess.Popen(
             [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
              f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
@@ -400,3 +400,4 @@ def test_real_prometheus_scrapes_serve_metrics_and_answers_the_dashboard(store_d
         if prom is not None:
             _stop(prom)
         _stop(server)
+        log.close()
