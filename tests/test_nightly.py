@@ -55,6 +55,9 @@ def test_two_nights_pass_then_gate_on_the_regression(tmp_path: Path):
     assert f'fabreg_open_regressions{{partition="default",system="local"}} {opened}.0' in prom
     md = (report / "summary.md").read_text()
     assert f"| open regressions | {opened} |" in md
+    # The check logs no verdicts column: ReFrame's own per-variable result says which newest
+    # values failed their reference (latency_8B and bandwidth_1MB have one, per transport).
+    assert "| newest value failed its reference | 4 |" in md
     junit = ET.parse(report / "reframe-junit.xml").getroot()  # tonight's, not last night's
     assert len(list(junit.iter("testcase"))) == 2 * 3 and list(junit.iter("failure"))
 

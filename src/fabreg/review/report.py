@@ -289,13 +289,22 @@ def plot_curve(title: str, what: str, by_session: dict[str, list[CurvePoint]],
         return _png(fig)
 
 
+def newest_verdict(series: SeriesData, check_verdicts: dict[int, str]) -> str:
+    """The check's own verdict on the series' newest value; for a check that logs none (a
+    site's own), ReFrame's: ``fail`` when the value failed its reference, else nothing."""
+    said = check_verdicts.get(series.id)
+    if said:
+        return said
+    return "fail" if len(series) and series.result[-1] == "fail" else ""
+
+
 def summarise(verdicts: list[SeriesVerdict], check_verdicts: dict[int, str]) -> Summary:
     counts: dict[str, int] = defaultdict(int)
     for v in verdicts:
         counts[v.verdict] += 1
     flagged: dict[str, list[SeriesVerdict]] = {k: [] for k in FLAGGED}
     for v in verdicts:
-        said = check_verdicts.get(v.series.id)
+        said = newest_verdict(v.series, check_verdicts)
         if said in flagged:
             flagged[said].append(v)
     worst_first = sorted(verdicts, key=lambda v: -abs(v.changes[-1].shift_pct)
@@ -332,13 +341,14 @@ def build(all_series: list[SeriesData], verdicts: list[SeriesVerdict], out: Path
     check_verdicts = check_verdicts or {}
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
-    shown = [v for v in verdicts if v.changes or check_verdicts.get(v.series.id) in FLAGGED]
+    shown = [v for v in verdicts
+             if v.changes or newest_verdict(v.series, check_verdicts) in FLAGGED]
     curve_data = size_curves(all_series, *curves, curve_min_diff_pct) if curves else []
     total = len(shown) + len(curve_data)
     done = 0
     grouped: dict[tuple, list[tuple[SeriesVerdict, Figure]]] = defaultdict(list)
     labels = {"baseline": curves[0].text, "candidate": curves[1].text} if curves else {}
-    tasks = [(plot_series, (v, check_verdicts.get(v.series.id, ""))) for v in shown]
+    tasks = [(plot_series, (v, newest_verdict(v.series, check_verdicts))) for v in shown]
     tasks += [(plot_curve, (title, what, by_session, labels))
               for title, what, by_session in curve_data]
     pngs: list[bytes] = []
