@@ -2,7 +2,8 @@
 # Install the system packages fabreg needs, only those that are missing.
 # usage: ci/install-deps.sh run|test
 #   run:  MPIs, UCX tools, build tools (what `make run` needs)
-#   test: the above plus Slurm/munge, promtool, perftest, iproute2 (what `make test` needs)
+#   test: the above plus Slurm/munge, Prometheus (server and promtool), Chromium (the report's
+#         rendering test), perftest, iproute2 (what `make test` needs)
 # As root on Debian/Ubuntu it uses apt-get; otherwise (e.g. a cluster login node) it only
 # reports what is missing, since a site provides MPIs through modules or Spack.
 set -euo pipefail
@@ -20,7 +21,8 @@ declare -A need=(
 if [ "$profile" = test ]; then
   need+=(
     [slurmctld]=slurmctld [slurmd]=slurmd [sinfo]=slurm-client [munged]=munge
-    [promtool]=prometheus [ib_write_bw]=perftest [ip]=iproute2 [tc]=iproute2
+    [promtool]=prometheus [prometheus]=prometheus
+    [chromium]=chromium [ib_write_bw]=perftest [ip]=iproute2 [tc]=iproute2
     [nsenter]=util-linux [iperf3]=iperf3 [ethtool]=ethtool
   )
 fi

@@ -105,4 +105,8 @@ def test_compare_trends_report_export_on_real_perflogs(real_run: Path, tmp_path:
     exp = fabreg("export", "prometheus", "--out", str(tmp_path / "f.prom"), db=db, check=True)
     assert "wrote" in exp.stdout
     text = (tmp_path / "f.prom").read_text()
-    assert 'fabreg_latency_us{test="FakeFabricLatency",benchmark="osu_latency",size="8"' in text
+    lat8 = [line for line in text.splitlines() if line.startswith("fabreg_latency_us{")
+            and 'test="FakeFabricLatency"' in line and 'perfvar="latency_8B"' in line]
+    # One sample per series: 2 transports x 2 (without/with the provider column).
+    assert len(lat8) == 4 and all('benchmark="osu_latency"' in line and 'size="8"' in line
+                                  for line in lat8), lat8

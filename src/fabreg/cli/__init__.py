@@ -23,6 +23,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fabreg.cli.compare",
     "fabreg.cli.report",
     "fabreg.cli.export",
+    # the nightly in one command: reframe, ingest, trends gate, report, Prometheus textfile
+    "fabreg.cli.nightly",
     # checks/references/<system>.yaml from stored runs
     "fabreg.cli.references",
     # workloads (issue 6): fabric counters, bounded stress traffic

@@ -9,7 +9,7 @@ from pathlib import Path
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
 from fabreg.review import export, trends
-from fabreg.review.store import Store
+from fabreg.review.store import SeriesData, Store
 from fabreg.run import stress
 
 DEFAULT_PORT = 9105
@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     formats = p.add_subparsers(dest="export_format", metavar="FORMAT")
     prom = formats.add_parser(
         "prometheus", help="node_exporter textfile with the newest values and regressions")
-    prom.add_argument("--out", required=True, metavar="FILE.prom")
+    prom.add_argument("--out", required=True, metavar="FILE.prom",
+                      help="the textfile; its directory must exist")
     add_db_argument(prom)
     prom.set_defaults(func=run_export)
     p.set_defaults(func=lambda args: p.print_help() or 2)
@@ -29,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               help=f"serve the same metrics over HTTP (port {DEFAULT_PORT})")
     s.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default %(default)s: this host only)")
-    s.add_argument("--port", type=int, default=DEFAULT_PORT)
+    s.add_argument("--port", type=int, default=DEFAULT_PORT,
+                   help="TCP port, 0 to 65535 (0: any free port; default %(default)s)")
     s.add_argument("--stress-dir", metavar="DIR",
                    help="also serve the latest latencies of `fabreg stress` from DIR "
                         "(default: its state directory, see docs/workloads.md)")
@@ -37,21 +39,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.set_defaults(func=run_serve)
 
 
-def produce(db: str | None) -> str:
+def load(db: str | None) -> tuple[list[SeriesData], list[trends.SeriesVerdict]]:
     with Store(db_path(db), create=False) as store:
         all_series = store.load()
-    verdicts = trends.analyse(all_series)
-    return export.render(all_series, verdicts)
+    return all_series, trends.analyse(all_series)
+
+
+def write_prometheus(db: str | None, out: Path) -> int:
+    """Write the textfile from the store; the number of series exported."""
+    data = load(db)  # a missing or broken store is an error here, not a `store_up 0` file
+    export.write_textfile(export.StoreCollector(lambda: data, strict=True), out)
+    return sum(1 for s in data[0] if len(s))
 
 
 def run_export(args: argparse.Namespace) -> int:
-    text = produce(args.db)
     out = Path(args.out)
-    try:
-        export.write_textfile(text, out)
-    except OSError as err:
-        raise FabregError(f"cannot write {out}: {err.strerror or err}") from None
-    print(f"wrote {out} ({text.count(chr(10))} lines)")
+    count = write_prometheus(args.db, out)
+    print(f"wrote {out} ({count} series)")
     return 0
 
 
@@ -69,29 +73,27 @@ def _store_state(db: str | None) -> tuple:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    cache: dict[str, object] = {"state": _store_state(args.db), "text": produce(args.db)}
-
+    if not 0 <= args.port <= 65535:
+        raise FabregError(f"--port {args.port}: a TCP port is 0 to 65535 (0: any free port)")
+    cache: dict[str, object] = {"state": _store_state(args.db), "data": load(args.db)}
     stress_dir = Path(args.stress_dir) if args.stress_dir else stress.default_state_dir()
 
-    def cached() -> str:
+    def cached() -> tuple[list[SeriesData], list[trends.SeriesVerdict]]:
         state = _store_state(args.db)
         if state != cache["state"]:
-            cache["text"], cache["state"] = produce(args.db), state
-        # Stress latencies change every window: read on every request, never cached.
-        live = stress.exposition(stress_dir)
-        return str(cache["text"]) + "".join(line + "\n" for line in live)
+            cache["data"], cache["state"] = load(args.db), state
+        return cache["data"]  # type: ignore[return-value]
 
-    try:
-        server = export.MetricsServer(args.host, args.port, cached)
-    except OSError as err:
-        raise FabregError(f"cannot listen on {args.host}:{args.port}: "
-                          f"{err.strerror or err}") from None
+    # Stress latencies change every window: read on every scrape, never cached.
+    collector = export.StoreCollector(cached, extra=lambda: stress.exposition(stress_dir))
+    server, thread = export.serve(collector, args.host, args.port)
     host, port = server.server_address[:2]
     print(f"serving http://{host}:{port}/metrics (Ctrl-C stops)", file=sys.stderr, flush=True)
     try:
-        server.serve_forever()
+        thread.join()
     except KeyboardInterrupt:
         pass
     finally:
+        server.shutdown()
         server.server_close()
     return 0

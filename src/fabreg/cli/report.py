@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 from fabreg.cli.store_option import add_db_argument, db_path
-from fabreg.review import compare, trends
+from fabreg.errors import FabregError
+from fabreg.review import check_verdicts, compare, trends
 from fabreg.review.progress import Progress
 from fabreg.review.store import Store
 
@@ -14,10 +15,13 @@ from fabreg.review.store import Store
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "report", help="write summary.md and a self-contained index.html with plots",
-        description="One plot per series that moved (change points, reference band), "
-                    "grouped by benchmark, MPI, transport and node count, plus latency- and "
-                    "bandwidth-vs-size curves comparing two sessions.")
-    p.add_argument("--out", required=True, metavar="DIR")
+        description="The verdicts first (open regressions, suspects, values the checks called "
+                    "inconclusive or flaky), the changes, one plot per series that moved or "
+                    "was flagged (change points, reference band), grouped by benchmark, MPI, "
+                    "transport and node count, and latency- and bandwidth-vs-size curves "
+                    "comparing two sessions.")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="directory to write (created if its parent exists)")
     add_db_argument(p)
     p.add_argument("--baseline", default=None, metavar="SELECTOR",
                    help="size curves: baseline runs (default latest~1; see fabreg compare)")
@@ -34,12 +38,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def output_dir(given: str) -> Path:
+    """``--out``: a directory, or a new one in an existing directory."""
+    out = Path(given)
+    if out.exists() and not out.is_dir():
+        raise FabregError(f"--out {out}: a file is in the way (the report is a directory: "
+                          "summary.md, index.html, plots/)")
+    if not out.exists() and not out.parent.is_dir():
+        raise FabregError(f"--out {out}: no directory {out.parent} (create it first)")
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from fabreg.review import report  # matplotlib: import only when a report is wanted
 
+    out = output_dir(args.out)
+    if args.jobs is not None and args.jobs < 1:
+        raise FabregError(f"--jobs {args.jobs}: at least 1")
     with Store(db_path(args.db), create=False) as store:
         all_series = store.load()
         known = store.sessions()
+        said = check_verdicts.newest(store)
     verdicts = trends.analyse(all_series, alpha=args.alpha, min_shift_pct=args.min_shift,
                               progress=Progress("trends", len(all_series),
                                                 enabled=not args.quiet))
@@ -48,9 +67,13 @@ def run(args: argparse.Namespace) -> int:
     if args.baseline or args.candidate or len(sessions) >= 2:
         curves = (compare.resolve(args.baseline or "latest~1", sessions),
                   compare.resolve(args.candidate or "latest", sessions))
-    md, page = report.build(all_series, verdicts, Path(args.out), curves,
-                            progress=Progress("report", 0, enabled=not args.quiet),
-                            curve_min_diff_pct=args.curve_threshold, jobs=args.jobs)
+    try:
+        md, page = report.build(all_series, verdicts, out, curves,
+                                progress=Progress("report", 0, enabled=not args.quiet),
+                                curve_min_diff_pct=args.curve_threshold, jobs=args.jobs,
+                                check_verdicts=said)
+    except OSError as err:
+        raise FabregError(f"cannot write the report under {out}: {err.strerror or err}") from None
     moved = sum(1 for v in verdicts if v.changes)
     print(f"wrote {md} and {page}: {len(verdicts)} series, {moved} with changes")
     return 0

@@ -1,0 +1,56 @@
+"""What the checks themselves said about each series' newest run.
+
+The trend verdicts (``fabreg.review.trends``) look at a series over time; a check judges one
+run as it measures it and logs that per performance variable in its ``verdicts`` column
+(``fabreg.schema.VERDICTS``: ``fail``, ``flaky``, ``inconclusive``, ``missing``, ``warn``,
+``ok``), which the store keeps among the run's attributes. A report shows both: a value the
+host interfered with (``inconclusive``) or that did not reproduce (``flaky``) is news an
+engineer must see next to the regressions.
+"""
+
+from __future__ import annotations
+
+import json
+
+from fabreg.review.store import Store
+
+#: Read from the store's documented tables (docs/trends.md, "Schema"): the newest sample of
+#: each series, with its run's attributes.
+_NEWEST = """
+SELECT v.series_id, s.perfvar, r.attrs
+FROM samples v
+JOIN (SELECT series_id, MAX(time) AS time FROM samples GROUP BY series_id) m
+  ON m.series_id = v.series_id AND m.time = v.time
+JOIN series s ON s.id = v.series_id
+JOIN runs r ON r.id = v.run_id
+"""
+
+
+def newest(store: Store) -> dict[int, str]:
+    """Series id -> the check's verdict on the series' newest value, where it logged one."""
+    parsed: dict[str, dict] = {}
+    out: dict[int, str] = {}
+    for series_id, perfvar, attrs in store.conn.execute(_NEWEST):
+        if not attrs or "verdicts" not in attrs:
+            continue
+        if attrs not in parsed:
+            try:
+                parsed[attrs] = verdicts_of(json.loads(attrs).get("verdicts"))
+            except (ValueError, AttributeError):
+                parsed[attrs] = {}
+        verdict = parsed[attrs].get(perfvar)
+        if verdict:
+            out[series_id] = verdict
+    return out
+
+
+def verdicts_of(logged: object) -> dict[str, str]:
+    """The ``verdicts`` column as logged (a JSON object, or its text) -> perfvar -> verdict."""
+    if isinstance(logged, str):
+        try:
+            logged = json.loads(logged)
+        except ValueError:
+            return {}
+    if not isinstance(logged, dict):
+        return {}
+    return {str(k): str(v) for k, v in logged.items() if v}
