@@ -365,8 +365,10 @@ class Store:
         return out, removed
 
     def _series_ids(self, samples: Sequence[Sample]) -> list[int]:
-        cache: dict[tuple, int] = {}
-        ids = []
+        """The series id of each sample, creating series as needed: a few batched statements
+        per file, whatever the number of series (a night appended costs little)."""
+        keys: dict[tuple, str] = {}
+        per_sample = []
         last_run = None
         base: tuple = ()
         for sample in samples:
@@ -375,20 +377,28 @@ class Store:
                 base = (run.test, run.param_key, run.system, run.partition, run.environ)
                 last_run = run
             ckey = (*base, sample.perfvar)
-            sid = cache.get(ckey)
-            if sid is None:
-                key = SeriesKey(*ckey)
-                text = _key_text(key)
-                self.conn.execute(
-                    "INSERT OR IGNORE INTO series(key, test, system, partition, environ, "
-                    "perfvar, params) VALUES(?,?,?,?,?,?,?)",
-                    (text, key.test, key.system, key.partition, key.environ, key.perfvar,
-                     json.dumps(dict(key.params), sort_keys=True)))
-                sid = self.conn.execute("SELECT id FROM series WHERE key=?",
-                                        (text,)).fetchone()[0]
-                cache[ckey] = sid
-            ids.append(sid)
-        return ids
+            if ckey not in keys:
+                keys[ckey] = _key_text(SeriesKey(*ckey))
+            per_sample.append(ckey)
+        ids = self._lookup_series(list(keys.values()))
+        missing = [ckey for ckey, text in keys.items() if text not in ids]
+        if missing:
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO series(key, test, system, partition, environ, "
+                "perfvar, params) VALUES(?,?,?,?,?,?,?)",
+                [(keys[k], k[0], k[2], k[3], k[4], k[5], json.dumps(dict(k[1]), sort_keys=True))
+                 for k in missing])
+            ids.update(self._lookup_series([keys[k] for k in missing]))
+        return [ids[keys[ckey]] for ckey in per_sample]
+
+    def _lookup_series(self, texts: list[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for i in range(0, len(texts), 500):
+            chunk = texts[i:i + 500]
+            out.update(self.conn.execute(
+                f"SELECT key, id FROM series WHERE key IN ({','.join('?' * len(chunk))})",
+                chunk).fetchall())
+        return out
 
     # -- reading ---------------------------------------------------------------------
 
