@@ -3,7 +3,8 @@
 Layout (docs/trends.md): ``series`` names each series once (test, parameters,
 system, partition, environment, performance variable); ``samples`` is the long
 table of values; ``sessions``/``run_sessions`` come from ReFrame's results DB;
-the ``long`` view joins them into one row per value.
+the ``long`` view joins them into one row per value; ``files`` holds how far each input
+file was read (:mod:`fabreg.review.filemarks`), written with the values it covers.
 
 Ingest is idempotent (a value is unique per series, time and job id) and safe to
 run concurrently: WAL journal, a busy timeout, and one ``BEGIN IMMEDIATE``
