@@ -167,7 +167,7 @@ def perflog_text(draw):
         cols += [v + s for s in perflog.PERFVAR_SUFFIXES]
     rows = []
     for _ in range(draw(st.integers(1, 5))):
-        stamp = draw(st.integers(0, 2_000_000_000))
+        stamp = draw(st.integers(946_684_800, 4_102_444_799))  # 2000-2100: a run's time
         vals = [draw(values) for _ in perfvars]
         test = draw(names)
         rows.append((stamp, test, vals))

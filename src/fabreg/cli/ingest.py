@@ -5,31 +5,96 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import datetime, timezone
+from pathlib import Path
 
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
-from fabreg.review import perflog
+from fabreg.review import filemarks, perflog
 from fabreg.review.compare import list_sessions
 from fabreg.review.progress import Progress
-from fabreg.review.store import Store
+from fabreg.review.store import IngestCount, Store
 
-MAX_PROBLEMS_SHOWN = 20
+#: Skipped lines printed per file unless --all-problems is given.
+PROBLEMS_SHOWN_PER_FILE = 3
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "ingest", help="read ReFrame perflogs and results DBs into the store",
         description="Read ReFrame filelog perflogs (*.log, *.log.h0, ...) and results "
-                    "databases (results.db) under each PATH into the store. Ingesting the "
-                    "same data again adds nothing. Exit 1 if lines had to be skipped.")
+                    "databases (results.db) under each PATH into the store. What an earlier "
+                    "ingest read is not read again: only the lines appended since (a file "
+                    "that was replaced, truncated or rewritten is read again from its "
+                    "start; values the store holds are never duplicated). Exit 1 if lines "
+                    "had to be skipped, 2 on a usage error.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="perflog file, results DB or dir")
     add_db_argument(p)
+    p.add_argument("--all-problems", action="store_true",
+                   help=f"list every skipped line (default: the first "
+                        f"{PROBLEMS_SHOWN_PER_FILE} of each file and a count)")
+    p.add_argument("--reread", action="store_true",
+                   help="read every file from its start, ignoring what earlier ingests read")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress, summary only")
     p.set_defaults(func=run_ingest)
 
     s = subparsers.add_parser("sessions", help="list the sessions in the store")
     add_db_argument(s)
     s.set_defaults(func=run_sessions)
+
+
+class _Tally:
+    """Counts over one ingest, and the skipped lines per file."""
+
+    def __init__(self) -> None:
+        self.added = self.seen = self.sessions = self.lines = self.unchanged = 0
+        self.problems: dict[str, list[perflog.Problem]] = {}
+        self.lines_of: dict[str, int] = {}
+        self.partial: list[str] = []
+
+    def count(self, path: Path, count: IngestCount, problems: list[perflog.Problem],
+              lines: int = 0) -> None:
+        self.added += count.added
+        self.seen += count.seen
+        self.sessions += count.sessions
+        self.lines += lines
+        self.lines_of[str(path)] = lines
+        if problems:
+            self.problems[str(path)] = problems
+
+
+def _read_perflog(store: Store, path: Path, marks: filemarks.MarkIndex, reread: bool,
+                  tally: _Tally) -> None:
+    try:
+        new = filemarks.read_new_bytes(path, marks, reread)
+    except OSError as err:
+        tally.count(path, IngestCount(), [perflog.Problem(
+            str(path), 0, f"cannot read: {err.strerror or err}")])
+        return
+    if new.partial:
+        tally.partial.append(f"{path}:{new.first_line + new.lines}")
+    if new.unchanged:
+        tally.unchanged += 1
+        return
+    chunk = perflog.read_perflog_bytes(new.data, str(path), new.header, new.first_line)
+    count = store.add(chunk.samples, mark=new.mark(chunk.header))
+    tally.count(path, count, chunk.problems, chunk.lines)
+
+
+def _read_results_db(store: Store, path: Path, marks: filemarks.MarkIndex, reread: bool,
+                     tally: _Tally) -> None:
+    try:
+        unchanged, mark = filemarks.results_db_unchanged(path, marks)
+    except OSError as err:
+        tally.count(path, IngestCount(), [perflog.Problem(
+            str(path), 0, f"cannot read: {err.strerror or err}")])
+        return
+    if unchanged and not reread:
+        tally.unchanged += 1
+        return
+    skip = frozenset() if reread else store.session_ids()
+    sessions, links, samples, problems = perflog.read_results_db(path, skip)
+    count = store.add(samples, sessions, links, from_results_db=True, mark=mark)
+    tally.count(path, count, problems)
 
 
 def run_ingest(args: argparse.Namespace) -> int:
@@ -45,33 +110,41 @@ def run_ingest(args: argparse.Namespace) -> int:
         raise FabregError(f"no perflogs (*.log, *.log.hN) or results DB under "
                           f"{', '.join(args.paths)}")
     progress = Progress("ingest", len(inputs), enabled=not args.quiet)
-    added = seen = lines = sessions = 0
-    problems: list[perflog.Problem] = []
+    tally = _Tally()
     with Store(db_path(args.db)) as store:
+        marks = filemarks.MarkIndex(store.file_marks())
         for i, (path, what) in enumerate(inputs, start=1):
-            if what == "db":
-                sess, links, samples, probs = perflog.read_results_db(path)
-                count = store.add(samples, sess, links, from_results_db=True)
-            else:
-                samples, probs, nlines = perflog.read_perflog_file(path)
-                lines += nlines
-                count = store.add(samples)
-            added += count.added
-            seen += count.seen
-            sessions += count.sessions
-            problems += probs
-            progress(i, detail=f"{added} new values")
+            read = _read_results_db if what == "db" else _read_perflog
+            read(store, path, marks, args.reread, tally)
+            progress(i, detail=f"{tally.added} new values")
         nseries, nvalues = store.count()
-    for problem in problems[:MAX_PROBLEMS_SHOWN]:
-        print(f"fabreg: skipped {problem}", file=sys.stderr)
-    if len(problems) > MAX_PROBLEMS_SHOWN:
-        print(f"fabreg: ... and {len(problems) - MAX_PROBLEMS_SHOWN} more skipped lines",
-              file=sys.stderr)
-    print(f"ingested {len(inputs)} file(s) ({len(logs)} perflog, {len(dbs)} results DB): "
-          f"{added} new value(s), {seen - added} already stored, {sessions} session(s) "
-          f"updated, {len(problems)} problem(s); store {db_path(args.db)} holds "
-          f"{nvalues} value(s) in {nseries} series")
-    return 1 if problems else 0
+    nproblems = _report_problems(tally, args.all_problems)
+    for where in tally.partial:
+        print(f"fabreg: note: {where} has no line end yet (still being written?): left for "
+              "the next ingest", file=sys.stderr)
+    print(f"ingested {len(inputs)} file(s) ({len(logs)} perflog, {len(dbs)} results DB; "
+          f"{tally.unchanged} unchanged since the last ingest): {tally.lines} new line(s), "
+          f"{tally.added} new value(s), {tally.seen - tally.added} already stored, "
+          f"{tally.sessions} session(s) updated, {nproblems} problem(s); store "
+          f"{db_path(args.db)} holds {nvalues} value(s) in {nseries} series")
+    return 1 if nproblems else 0
+
+
+def _report_problems(tally: _Tally, show_all: bool) -> int:
+    """Per file: how many lines were skipped, then which (a few, or all); return the total."""
+    total = 0
+    for path, problems in tally.problems.items():
+        total += len(problems)
+        lines = tally.lines_of.get(path, 0)
+        of = f" of {lines} new line(s)" if lines else ""
+        print(f"fabreg: {path}: skipped {len(problems)}{of}", file=sys.stderr)
+        shown = problems if show_all else problems[:PROBLEMS_SHOWN_PER_FILE]
+        for problem in shown:
+            print(f"fabreg: skipped {problem}", file=sys.stderr)
+        if len(problems) > len(shown):
+            print(f"fabreg: ... {len(problems) - len(shown)} more in {path} "
+                  "(--all-problems lists every one)", file=sys.stderr)
+    return total
 
 
 def run_sessions(args: argparse.Namespace) -> int:

@@ -46,10 +46,14 @@ def iso(stamp: float) -> str:
 def analyse_store(args: argparse.Namespace, quiet: bool = False) -> list[trends.SeriesVerdict]:
     if not 0 < args.alpha < 1:
         raise FabregError(f"--alpha must be between 0 and 1, not {args.alpha}")
+    if args.min_shift < 0:
+        raise FabregError(f"--min-shift must be >= 0, not {args.min_shift}")
     with Store(db_path(args.db), create=False) as store:
         all_series = store.load()
     if getattr(args, "match", None):
         all_series = [s for s in all_series if args.match in s.key.text()]
+        if not all_series:
+            raise FabregError(f"--match {args.match!r} matches no series in the store")
     progress = Progress("trends", len(all_series), enabled=not quiet)
     return trends.analyse(all_series, alpha=args.alpha, min_shift_pct=args.min_shift,
                           progress=progress)

@@ -8,12 +8,16 @@ A selector picks runs:
 - ``latest``, ``latest~N``: the newest session, the one N before it;
 - anything else: a session id or a unique prefix of one (results-DB UUID, or a
   derived ``run-...`` id, see :func:`fabreg.review.store.derive_sessions`).
+
+With repeats on both sides the runs themselves show the noise; with one run on a side the
+series' stored history does (:func:`compare`), or the series is ``cannot judge``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 import numpy as np
 
@@ -21,14 +25,23 @@ from fabreg.errors import FabregError
 from fabreg.review.perflog import Session, parse_time
 from fabreg.review.significance import welch_p
 from fabreg.review.store import SeriesData
+from fabreg.review.trends import CONFIRM_RUNS, MIN_RUN, noise_sigma, transform
 from fabreg.schema import lower_is_better
 
 REGRESSION = "regression"
+#: Worse beyond the noise in a single candidate run: one run cannot tell a new level from a
+#: lone outlier, so it is not a regression until repeats or the next runs confirm it.
+SUSPECT = "suspect"
 IMPROVEMENT = "improvement"
 SAME = "same"
 MISSING = "missing in candidate"
 NEW = "new in candidate"
-_ORDER = {REGRESSION: 0, MISSING: 1, IMPROVEMENT: 2, NEW: 3, SAME: 4}
+#: A side has a single run and the series' history is too short to know its noise.
+CANNOT_JUDGE = "cannot judge"
+_ORDER = {REGRESSION: 0, SUSPECT: 1, MISSING: 2, CANNOT_JUDGE: 3, IMPROVEMENT: 4, NEW: 5,
+          SAME: 6}
+#: Stored runs a series needs before its history may stand in for repeats (as trends).
+HISTORY_MIN_RUNS = 2 * MIN_RUN
 
 
 @dataclass
@@ -105,6 +118,21 @@ def resolve(selector: str, sessions: list[SessionInfo]) -> Selection:
     return Selection(text, sessions=frozenset([text if text in matches else matches[0]]))
 
 
+def require_runs(selection: Selection, all_series: list[SeriesData]) -> None:
+    """FabregError when ``selection`` picks no value of any series (e.g. a range in the
+    future): comparing against nothing would pass every series."""
+    if any(selection.mask(series).any() for series in all_series):
+        return
+    times = [t for series in all_series for t in (series.time[0], series.time[-1])]
+    held = (f"the store holds runs from {_utc(min(times))} to {_utc(max(times))}" if times
+            else "the store holds no runs")
+    raise FabregError(f"selector {selection.text!r} matches no runs ({held})")
+
+
+def _utc(stamp: float) -> str:
+    return datetime.fromtimestamp(stamp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 @dataclass
 class Difference:
     series: SeriesData
@@ -116,6 +144,9 @@ class Difference:
     n_baseline: int
     n_candidate: int
     pvalue: float | None
+    #: where the noise came from: "repeats" (Welch), "history" (the series' stored runs), ""
+    noise: str = ""
+    note: str = ""
 
 
 def _centre(values: np.ndarray) -> float:
@@ -124,17 +155,44 @@ def _centre(values: np.ndarray) -> float:
     return float(np.mean(values))
 
 
+def _median_var(n: int) -> float:
+    """Variance of the median of n normal values, in units of sigma squared."""
+    return 1.0 if n == 1 else 0.5 if n == 2 else math.pi / (2 * n)
+
+
+def _by_history(series: SeriesData, b_mask: np.ndarray, c_mask: np.ndarray
+                ) -> tuple[float, float, float]:
+    """(baseline, candidate, two-sided p): each side's median, the noise taken from every
+    stored run of the series (first differences: level shifts and outliers barely count).
+    Medians, so a lone outlier among three runs moves nothing."""
+    y, log, scale = transform(series.value)
+    sigma = noise_sigma(y)
+    mb, mc = float(np.median(y[b_mask])), float(np.median(y[c_mask]))
+    se = sigma * math.sqrt(_median_var(int(b_mask.sum())) + _median_var(int(c_mask.sum())))
+    p = math.erfc(abs(mc - mb) / se / math.sqrt(2))
+    if log:
+        return math.exp(mb), math.exp(mc), p
+    return mb * scale, mc * scale, p
+
+
 def compare(all_series: list[SeriesData], baseline: Selection, candidate: Selection,
             threshold_pct: float = 5.0, alpha: float = 0.05) -> list[Difference]:
     """Per series difference, most severe first.
 
-    A series regresses when it is worse by more than ``threshold_pct`` and, when both
-    sides have repeats, Welch's t-test on log values gives p < ``alpha``.
+    A series regresses when it is worse by more than ``threshold_pct`` and the difference
+    is significant. With repeats on both sides, the geometric means are compared and
+    Welch's t-test on log values must give p < ``alpha``. With a single run on a side,
+    the series' stored history gives the noise (it needs HISTORY_MIN_RUNS runs, else the
+    series is ``cannot judge``): the medians of the sides are compared, and p, Bonferroni-
+    corrected over every series judged this way, must be below ``alpha``; a worse candidate
+    with fewer than CONFIRM_RUNS runs is a ``suspect``, not a regression, since one or two
+    runs cannot tell a new level from a lone outlier.
     """
-    out = []
+    out: list[Difference] = []
+    by_history: list[tuple[Difference, float]] = []
     for series in all_series:
-        b = series.value[baseline.mask(series)]
-        c = series.value[candidate.mask(series)]
+        b_mask, c_mask = baseline.mask(series), candidate.mask(series)
+        b, c = series.value[b_mask], series.value[c_mask]
         if len(b) == 0 and len(c) == 0:
             continue
         if len(c) == 0:
@@ -144,18 +202,43 @@ def compare(all_series: list[SeriesData], baseline: Selection, candidate: Select
         if len(b) == 0:
             out.append(Difference(series, NEW, None, _centre(c), None, None, 0, len(c), None))
             continue
-        cb, cc = _centre(b), _centre(c)
+        repeats = len(b) >= 2 and len(c) >= 2
+        history = not repeats and len(series) >= HISTORY_MIN_RUNS
+        p = None
+        if history:
+            cb, cc, p = _by_history(series, b_mask, c_mask)
+        else:
+            cb, cc = _centre(b), _centre(c)
         shift = (cc / cb - 1.0) * 100.0 if cb else math.inf
         worse = shift if lower_is_better(series.key.perfvar, series.unit) else -shift
-        positive = bool(np.all(b > 0) and np.all(c > 0))
-        p = welch_p(np.log(b).tolist(), np.log(c).tolist()) if positive else \
-            welch_p(b.tolist(), c.tolist())
-        significant = p is None or p < alpha
-        if abs(shift) >= threshold_pct and significant:
-            verdict = REGRESSION if worse > 0 else IMPROVEMENT
-        else:
-            verdict = SAME
-        out.append(Difference(series, verdict, cb, cc, shift, worse, len(b), len(c), p))
+        diff = Difference(series, SAME, cb, cc, shift, worse, len(b), len(c), None)
+        out.append(diff)
+        if history:
+            by_history.append((diff, p))
+        elif repeats:
+            positive = bool(np.all(b > 0) and np.all(c > 0))
+            p = welch_p(np.log(b).tolist(), np.log(c).tolist()) if positive else \
+                welch_p(b.tolist(), c.tolist())
+            diff.pvalue, diff.noise = p, "repeats"
+            if abs(shift) >= threshold_pct and (p is None or p < alpha):
+                diff.verdict = REGRESSION if worse > 0 else IMPROVEMENT
+        elif abs(shift) >= threshold_pct:
+            diff.verdict = CANNOT_JUDGE
+            diff.note = f"one run on a side and {len(series)} stored: noise unknown"
+    for diff, p in by_history:
+        diff.pvalue = min(1.0, p * len(by_history))
+        diff.noise = "history"
+        if abs(diff.shift_pct or 0.0) >= threshold_pct and diff.pvalue < alpha:
+            if (diff.worse_pct or 0.0) <= 0:
+                diff.verdict = IMPROVEMENT
+                if diff.n_baseline < CONFIRM_RUNS:  # or the baseline run was an outlier
+                    diff.note = f"{diff.n_baseline} baseline run(s): unconfirmed"
+            elif diff.n_candidate >= CONFIRM_RUNS:
+                diff.verdict = REGRESSION
+            else:
+                diff.verdict = SUSPECT
+                diff.note = (f"{diff.n_candidate} candidate run(s): unconfirmed until "
+                             f"{CONFIRM_RUNS} show it")
     out.sort(key=lambda d: (_ORDER[d.verdict], -(d.worse_pct or 0.0)
                             if d.verdict != IMPROVEMENT else (d.worse_pct or 0.0)))
     return out

@@ -17,7 +17,7 @@ import math
 import os
 import re
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -184,8 +184,14 @@ def split_name(display_name: str) -> tuple[str, dict[str, str]]:
     return parts[0], params
 
 
+#: Unix seconds a bare number must lie between to be taken as a time (2000-01-01 to
+#: 2100-01-01 UTC); a perflog time outside is skipped as a bad line.
+EARLIEST = 946684800.0
+LATEST = 4102444800.0
+
+
 def parse_time(text: str) -> float:
-    """ISO 8601 / RFC 3339 (or unix seconds) -> unix seconds. No offset means UTC."""
+    """ISO 8601 / RFC 3339 (or Unix seconds of 2000-2100) -> Unix seconds; no offset = UTC."""
     text = text.strip()
     if not text:
         raise ValueError("empty timestamp")
@@ -194,9 +200,14 @@ def parse_time(text: str) -> float:
     except ValueError:
         pass
     else:
-        if math.isfinite(number):
-            return number
-        raise ValueError(f"timestamp {text!r} is not finite")
+        if not math.isfinite(number):
+            raise ValueError(f"timestamp {text!r} is not finite")
+        if not EARLIEST <= number < LATEST:
+            # '20261121' is a date, not Unix seconds: never store it as 1970-08-23.
+            raise ValueError(f"timestamp {text!r} is a number outside Unix seconds of "
+                             "2000-2100; expected RFC 3339 (2026-11-21T02:00:00+00:00) "
+                             "or Unix seconds")
+        return number
     try:
         stamp = datetime.fromisoformat(text)  # the common case: '...+00:00'
     except ValueError:
@@ -315,18 +326,43 @@ def _is_header(line: str) -> bool:
 
 def read_perflog_lines(lines: Iterable[str], source: str) -> tuple[list[Sample], list[Problem]]:
     """Parse the text of one perflog file (header first, possibly more headers later)."""
+    chunk = read_perflog_chunk(lines, source)
+    return chunk.samples, chunk.problems
+
+
+@dataclass
+class PerflogChunk:
+    """What a run of lines of one perflog file held."""
+
+    samples: list[Sample]
+    problems: list[Problem]
+    lines: int  # lines read
+    header: str  # the header line in force after the last line ('' if none is)
+
+
+def read_perflog_chunk(lines: Iterable[str], source: str, header_line: str = "",
+                       first_line: int = 1) -> PerflogChunk:
+    """Parse lines of one perflog file starting at line ``first_line``, under the header line
+    ``header_line`` when they do not start with one (an ingest resuming mid-file)."""
     samples: list[Sample] = []
     problems: list[Problem] = []
     header: _Header | None = None
-    for lineno, raw in enumerate(lines, start=1):
+    if header_line:
+        try:
+            header = _parse_header(header_line, source)
+        except ValueError:
+            header_line = ""  # reported when it was read
+    lineno = first_line - 1
+    for lineno, raw in enumerate(lines, start=first_line):
         line = raw.rstrip("\r\n")
         if not line.strip():
             continue
         if _is_header(line):
             try:
                 header = _parse_header(line, source)
+                header_line = line
             except ValueError as err:
-                header = None
+                header, header_line = None, ""
                 problems.append(Problem(source, lineno, f"bad header: {err}"))
             continue
         if header is None:
@@ -345,7 +381,24 @@ def read_perflog_lines(lines: Iterable[str], source: str) -> tuple[list[Sample],
             samples.extend(_line_samples(header, fields, source))
         except ValueError as err:
             problems.append(Problem(source, lineno, str(err)))
-    return samples, problems
+    return PerflogChunk(samples, problems, lineno - first_line + 1, header_line)
+
+
+def read_perflog_bytes(data: bytes, source: str, header_line: str = "",
+                       first_line: int = 1) -> PerflogChunk:
+    """:func:`read_perflog_chunk` on complete lines as read from the file (UTF-8)."""
+    text = data.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return read_perflog_chunk(lines, source, header_line, first_line)
+
+
+def _utc(stamp: float) -> str:
+    try:
+        return datetime.fromtimestamp(stamp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return f"{stamp:g} s"
 
 
 def _field(fields: list[str], header: _Header, name: str, default: str = "") -> str:
@@ -359,6 +412,8 @@ def _line_samples(header: _Header, fields: list[str], source: str) -> list[Sampl
     unix = _field(fields, header, "job_completion_time_unix")
     time = parse_time(unix if unix not in _NULL_SPELLINGS else
                       _field(fields, header, "job_completion_time"))
+    if not EARLIEST <= time < LATEST:
+        raise ValueError(f"completion time {_utc(time)} is not in 2000-2100")
     display = _field(fields, header, "name") or _field(fields, header, "display_name")
     system = _field(fields, header, "system", header.place[0])
     partition = _field(fields, header, "partition", header.place[1])
@@ -453,19 +508,28 @@ def read_perflog_file(path: Path) -> tuple[list[Sample], list[Problem], int]:
     return samples, problems, len(lines)
 
 
-def read_results_db(path: Path) -> tuple[list[Session], list[RunLink], list[Sample],
-                                          list[Problem]]:
+def read_results_db(path: Path, skip: Collection[str] = frozenset()
+                    ) -> tuple[list[Session], list[RunLink], list[Sample], list[Problem]]:
     """ReFrame's results DB -> sessions, run links, and samples for every test case.
 
     The samples let a results DB stand on its own (no perflogs); when perflogs are
     ingested too, the store keeps one copy of each value (same series, time, job id).
+    Sessions whose uuid is in ``skip`` (already in the store: ReFrame never changes a
+    stored session) are not read.
     """
     problems: list[Problem] = []
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
         try:
-            rows = conn.execute("SELECT uuid, session_start_unix, session_end_unix, json_blob "
-                                "FROM sessions ORDER BY session_start_unix").fetchall()
+            wanted = [u for (u,) in conn.execute("SELECT uuid FROM sessions")
+                      if u not in skip]
+            rows = []
+            for i in range(0, len(wanted), 500):
+                chunk = wanted[i:i + 500]
+                rows += conn.execute(
+                    "SELECT uuid, session_start_unix, session_end_unix, json_blob FROM "
+                    f"sessions WHERE uuid IN ({','.join('?' * len(chunk))})", chunk).fetchall()
+            rows.sort(key=lambda r: (r[1] or 0, r[0]))
         finally:
             conn.close()
     except sqlite3.Error as err:

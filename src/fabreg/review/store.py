@@ -3,7 +3,8 @@
 Layout (docs/trends.md): ``series`` names each series once (test, parameters,
 system, partition, environment, performance variable); ``samples`` is the long
 table of values; ``sessions``/``run_sessions`` come from ReFrame's results DB;
-the ``long`` view joins them into one row per value.
+the ``long`` view joins them into one row per value; ``files`` holds how far each input
+file was read (:mod:`fabreg.review.filemarks`), written with the values it covers.
 
 Ingest is idempotent (a value is unique per series, time and job id) and safe to
 run concurrently: WAL journal, a busy timeout, and one ``BEGIN IMMEDIATE``
@@ -24,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from fabreg.errors import FabregError
+from fabreg.review.filemarks import FileMark
 from fabreg.review.perflog import Run, RunLink, Sample, Session
 
 DEFAULT_DB = os.path.join("perflogs", "fabreg.db")
@@ -87,7 +89,24 @@ CREATE VIEW IF NOT EXISTS long AS
     LEFT JOIN sessions x ON x.uuid = COALESCE(r.session, l.session);
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 INSERT OR IGNORE INTO meta VALUES('schema_version', '1');
+""" + """
+CREATE TABLE IF NOT EXISTS files(
+    path TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    device INTEGER NOT NULL,
+    inode INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    offset INTEGER NOT NULL,
+    lines INTEGER NOT NULL,
+    head_digest TEXT NOT NULL,
+    tail_digest TEXT NOT NULL,
+    header TEXT NOT NULL DEFAULT ''
+);
+INSERT OR IGNORE INTO meta SELECT 'values', COUNT(*) FROM samples;
 """
+#: Added after the first stores were written: created when an ingest opens an older store.
+_LATER_TABLES = SCHEMA[SCHEMA.index("CREATE TABLE IF NOT EXISTS files("):]
 
 
 
@@ -202,6 +221,8 @@ class Store:
         tables = {r[0] for r in self.conn.execute(
             "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
         if {"series", "samples"} <= tables:
+            if create and "files" not in tables:  # a store from before incremental ingest
+                self._script(_LATER_TABLES)
             return
         if tables - {"meta"} and not {"series", "samples"} & tables:
             raise FabregError(f"{self.path} is an SQLite file but not a fabreg store "
@@ -211,8 +232,11 @@ class Store:
         mode = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if mode.lower() != "wal":  # e.g. a file system without shared memory
             self.conn.execute("PRAGMA journal_mode=DELETE")
+        self._script(SCHEMA)
+
+    def _script(self, sql: str) -> None:
         try:
-            self.conn.executescript("BEGIN IMMEDIATE;" + SCHEMA + "COMMIT;")
+            self.conn.executescript("BEGIN IMMEDIATE;" + sql + "COMMIT;")
         except BaseException:
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
@@ -230,12 +254,14 @@ class Store:
     # -- writing ---------------------------------------------------------------------
 
     def add(self, samples: Sequence[Sample], sessions: Iterable[Session] = (),
-            links: Iterable[RunLink] = (), from_results_db: bool = False) -> IngestCount:
+            links: Iterable[RunLink] = (), from_results_db: bool = False,
+            mark: FileMark | None = None) -> IngestCount:
         """Add one input file's content in one transaction; return what was new.
 
         Perflogs are the reference copy of a value: results-DB values are added only
         for runs no perflog line holds, and a perflog line replaces the results-DB copy
-        of its run (the two may name parameters slightly differently).
+        of its run (the two may name parameters slightly differently). ``mark`` (how far
+        the file was read) is stored in the same transaction as the values it covers.
         """
         count = IngestCount(seen=len(samples))
         try:
@@ -264,7 +290,19 @@ class Store:
                 self.conn.executemany(
                     "INSERT OR IGNORE INTO samples(series_id, time, run_id, value, unit, ref, "
                     "lower_thres, upper_thres, result) VALUES(?,?,?,?,?,?,?,?,?)", rows)
-                count.added = max(0, self.conn.total_changes - before - removed)
+                net = self.conn.total_changes - before - removed
+                count.added = max(0, net)
+                if net:
+                    self.conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + ? "
+                                      "WHERE key = 'values'", (net,))
+                if mark is not None:
+                    self.conn.execute(
+                        "INSERT OR REPLACE INTO files(path, kind, device, inode, size, "
+                        "mtime_ns, offset, lines, head_digest, tail_digest, header) "
+                        "VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+                        (mark.path, mark.kind, mark.device, mark.inode, mark.size,
+                         mark.mtime_ns, mark.offset, mark.lines, mark.head_digest,
+                         mark.tail_digest, mark.header))
                 self.conn.execute("COMMIT")
             except BaseException:
                 if self.conn.in_transaction:
@@ -328,8 +366,10 @@ class Store:
         return out, removed
 
     def _series_ids(self, samples: Sequence[Sample]) -> list[int]:
-        cache: dict[tuple, int] = {}
-        ids = []
+        """The series id of each sample, creating series as needed: a few batched statements
+        per file, whatever the number of series (a night appended costs little)."""
+        keys: dict[tuple, str] = {}
+        per_sample = []
         last_run = None
         base: tuple = ()
         for sample in samples:
@@ -338,20 +378,28 @@ class Store:
                 base = (run.test, run.param_key, run.system, run.partition, run.environ)
                 last_run = run
             ckey = (*base, sample.perfvar)
-            sid = cache.get(ckey)
-            if sid is None:
-                key = SeriesKey(*ckey)
-                text = _key_text(key)
-                self.conn.execute(
-                    "INSERT OR IGNORE INTO series(key, test, system, partition, environ, "
-                    "perfvar, params) VALUES(?,?,?,?,?,?,?)",
-                    (text, key.test, key.system, key.partition, key.environ, key.perfvar,
-                     json.dumps(dict(key.params), sort_keys=True)))
-                sid = self.conn.execute("SELECT id FROM series WHERE key=?",
-                                        (text,)).fetchone()[0]
-                cache[ckey] = sid
-            ids.append(sid)
-        return ids
+            if ckey not in keys:
+                keys[ckey] = _key_text(SeriesKey(*ckey))
+            per_sample.append(ckey)
+        ids = self._lookup_series(list(keys.values()))
+        missing = [ckey for ckey, text in keys.items() if text not in ids]
+        if missing:
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO series(key, test, system, partition, environ, "
+                "perfvar, params) VALUES(?,?,?,?,?,?,?)",
+                [(keys[k], k[0], k[2], k[3], k[4], k[5], json.dumps(dict(k[1]), sort_keys=True))
+                 for k in missing])
+            ids.update(self._lookup_series([keys[k] for k in missing]))
+        return [ids[keys[ckey]] for ckey in per_sample]
+
+    def _lookup_series(self, texts: list[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for i in range(0, len(texts), 500):
+            chunk = texts[i:i + 500]
+            out.update(self.conn.execute(
+                f"SELECT key, id FROM series WHERE key IN ({','.join('?' * len(chunk))})",
+                chunk).fetchall())
+        return out
 
     # -- reading ---------------------------------------------------------------------
 
@@ -378,10 +426,28 @@ class Store:
             session=[run_session[r] for r in run], jobid=[run_job[r] for r in run])
 
     def count(self) -> tuple[int, int]:
-        """(number of series, number of values)."""
+        """(number of series, number of values); the value count is kept by each ingest, so
+        this costs nothing however large the store."""
         nseries = self._query("SELECT COUNT(*) FROM series")[0][0]
-        nvalues = self._query("SELECT COUNT(*) FROM samples")[0][0]
+        kept = self._query("SELECT value FROM meta WHERE key = 'values'")
+        nvalues = int(kept[0][0]) if kept else self._query("SELECT COUNT(*) FROM samples")[0][0]
         return nseries, nvalues
+
+    def file_marks(self) -> list[FileMark]:
+        """How far each input file was read (see :mod:`fabreg.review.filemarks`)."""
+        try:
+            rows = self.conn.execute(
+                "SELECT path, kind, device, inode, size, mtime_ns, offset, lines, head_digest, "
+                "tail_digest, header FROM files").fetchall()
+        except sqlite3.OperationalError:  # a store from before incremental ingest
+            return []
+        except sqlite3.Error as err:
+            raise self._error(err) from None
+        return [FileMark(*row) for row in rows]
+
+    def session_ids(self) -> set[str]:
+        """The uuids of the results-DB sessions the store holds."""
+        return {r[0] for r in self._query("SELECT uuid FROM sessions")}
 
     def systems(self) -> list[str]:
         """The systems the store holds values of."""

@@ -102,14 +102,17 @@ def _rolling_median(y: np.ndarray, half: int) -> np.ndarray:
     return out
 
 
-def _prepare(values: np.ndarray, min_run: int) -> _Prepared:
-    positive = bool(np.all(values > 0))
-    if positive:
-        y = np.log(values)
-        scale = 1.0
-    else:
-        scale = float(np.median(np.abs(values))) or 1.0
-        y = values / scale
+def transform(values: np.ndarray) -> tuple[np.ndarray, bool, float]:
+    """(y, log?, scale): ``log(values)`` when all are positive, else ``values / |median|``."""
+    if bool(np.all(values > 0)):
+        return np.log(values), True, 1.0
+    scale = float(np.median(np.abs(values))) or 1.0
+    return values / scale, False, scale
+
+
+def noise_sigma(y: np.ndarray) -> float:
+    """Noise of a transformed series from its first differences (``1.4826 MAD / sqrt 2``),
+    which level shifts and lone outliers barely move; at least NOISE_FLOOR."""
     if len(y) > 2:
         d = np.diff(y)
         sigma = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2)
@@ -117,7 +120,12 @@ def _prepare(values: np.ndarray, min_run: int) -> _Prepared:
             sigma = float(np.std(d)) / math.sqrt(2)
     else:
         sigma = 0.0
-    sigma = max(sigma, NOISE_FLOOR)
+    return max(sigma, NOISE_FLOOR)
+
+
+def _prepare(values: np.ndarray, min_run: int) -> _Prepared:
+    y, positive, scale = transform(values)
+    sigma = noise_sigma(y)
     med = _rolling_median(y, min_run)
     y = med + np.clip(y - med, -CLIP_SIGMAS * sigma, CLIP_SIGMAS * sigma)
     return _Prepared(y, sigma, positive, scale)
