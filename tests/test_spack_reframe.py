@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import REPO, have, run_reframe
 
 from fabreg.run.providers import find_spack
@@ -44,21 +45,29 @@ def test_dry_run_writes_one_spack_build_per_partition_with_env_specs_and_shared_
     assert proc.returncode == 0, out[-3000:]
     scripts = sorted(tmp_path.glob("stage/local/default/*/SpackStack_*/rfm_job.sh"))
     assert len(scripts) == 1, scripts  # once per partition, not per test or environment
+    # Under the environment without an MPI, not under whichever MPI registered it last.
+    assert scripts[0].parts[-3] == "builtin", scripts[0]
     lines = scripts[0].read_text().splitlines()
     expected = [
         "export FABREG_SPACK_WITHOUT='mvapich2 osu-micro-benchmarks'",
         f"export FABREG_SPACK_SITE_CONFIG={REPO / 'spack' / 'sites' / 'local.yaml'}",
         "set -o errexit",
-        "rm -rf rfm_spack_env",
-        f"spack env create -d rfm_spack_env {REPO / 'spack.yaml'}",
         f"spack -e rfm_spack_env config add config:install_tree:root:{tree}",
         "spack -e rfm_spack_env concretize",
+        "spack -e rfm_spack_env config get develop > spack-develop.yaml",
         "spack -e rfm_spack_env install --fail-fast",
     ]
     positions = [lines.index(line) for line in expected]
     assert positions == sorted(positions), lines
     assert any(line.startswith("spack -e rfm_spack_env find --format") and "^mpi" in line
                for line in lines)
+    # The environment is written by the fixture with absolute paths: Spack never reads a
+    # relative repository path from the stage ("No repo.yaml found").
+    manifest = yaml.safe_load((scripts[0].parent / "rfm_spack_env" / "spack.yaml").read_text())
+    assert manifest["spack"]["repos"] == {"fabreg": str(REPO / "spack" / "repos" / "spack_repo"
+                                                       / "fabreg")}
+    assert manifest["spack"]["include"][0]["path"] == str(REPO / "spack/sites/default.yaml")
+    assert "spack env create" not in scripts[0].read_text()
     for mpi in ("openmpi", "mpich"):
         (build,) = tmp_path.glob(f"stage/local/default/{mpi}/OsuBinaries_*/rfm_build.sh")
         assert (f"would use <spack: osu-micro-benchmarks or fabreg-probes ^{mpi}>"
