@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, have
+from conftest import REPO, have, run_reframe
 
 from fabreg.run.linkage import (
     ExpectedMpi,
@@ -133,3 +133,28 @@ def test_which_libraries_are_an_mpis_c_library(name, mpi):
 def test_a_wrapper_that_names_no_existing_library_gives_no_expectation(tmp_path):
     expected = expected_from_wrapper("openmpi", "cc -show", f"cc -L{tmp_path} -lmpi_nothere")
     assert expected.libraries == frozenset()
+
+
+@pytest.mark.slow
+@needs_both
+def test_an_osu_prefix_built_against_mpich_fails_the_openmpi_binaries_fixture(tmp_path):
+    """Through real ReFrame: the fixture fails with the one-line reason, no check runs."""
+    prefix = tmp_path / "osu-mpich"
+    build = tmp_path / "build"
+    build.mkdir()
+    subprocess.run(["make", "-f", str(REPO / "src" / "probes" / "Makefile"), "CC=mpicc.mpich",
+                    "install", f"PREFIX={prefix}"], cwd=build, check=True, capture_output=True,
+                   timeout=600)
+    env = {"FABREG_OSU_PREFIX_OPENMPI": str(prefix), "FABREG_PROVIDER": "auto"}
+    proc = run_reframe("-r", "-n", "OsuLatency", "-p", "openmpi",
+                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path, env=env)
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0
+    expected = _expected("openmpi")
+    loaded = sorted(os.path.realpath(p) for p in _ldd(prefix / "bin" / "osu_latency")
+                    .libraries.values() if p)
+    assert (f"osu_latency ({prefix / 'bin' / 'osu_latency'}) loads {', '.join(loaded)}, not "
+            f"openmpi's {' or '.join(sorted(expected.libraries))} (from mpicc.openmpi -show): "
+            "it was built against another MPI [provider osu-prefix]") in out
+    assert "dependencies failed" in out and "Traceback" not in out
+    assert not (tmp_path / "perflogs" / "local" / "default" / "OsuLatency.log").exists()

@@ -208,6 +208,10 @@ def test_spack_builds_the_probes_offline_and_a_check_runs_on_them(local_site, tm
     # The fixture keeps the lock file it installed from in its output directory.
     (lock,) = tmp_path.glob("output/local/default/*/SpackStack_*/spack.lock")
     assert row["spack_lock"] == hashlib.sha256(lock.read_bytes()).hexdigest()[:16]
+    assert {p.name for p in lock.parent.iterdir()} >= {
+        "spack.lock", "spack.yaml", "spack-mpi-specs.txt", "spack-develop.yaml"}
+    # Spack read no relative repository path from the stage.
+    assert "No repo.yaml found" not in out
     # Built against OpenMPI's own prefix, not whatever /usr/bin/mpicc points at.
     ldd = subprocess.run(["ldd", str(prefix / "bin" / "osu_latency")], capture_output=True,
                          text=True).stdout
@@ -230,3 +234,6 @@ def test_a_failed_spack_build_fails_the_fixture_with_spacks_error_and_runs_nothi
             f"does not exist at ({tmp_path / 'no-externals-here' / 'externals.yaml'})") in out
     assert "[dependencies failed]" in out  # no silent fallback to the probes
     assert not (tmp_path / "perflogs" / "local" / "default" / "OsuLatency.log").exists()
+    # What Spack was given is in the output directory although the fixture failed.
+    (kept,) = tmp_path.glob("output/local/default/*/SpackStack_*/spack.yaml")
+    assert "FABREG_SPACK_SITE_CONFIG" in kept.read_text()

@@ -177,6 +177,7 @@ class OsuBinaries(rfm.CompileOnlyRegressionTest):
             path = self.path_of(name) or str(Path(self.stagedir, name))
             cmds.append(f"ldd {shlex.quote(path)} > {LDD_PREFIX}{name}.txt 2>&1 || true")
         self.postbuild_cmds = [*self.postbuild_cmds, *cmds]
+        self.keep_files = [WRAPPER_SHOW, *(f"{LDD_PREFIX}{name}.txt" for name in BENCHMARKS)]
 
     @sanity_function
     def binaries_present(self) -> bool:
