@@ -41,7 +41,7 @@ from fabreg.testlib.base import reframe_errors
 from fabreg.testlib.measurement import RepeatedMeasurement
 from fabreg.testlib.mpi import MpiCheck, mpi_name, unavailable_reason
 from fabreg.testlib.references import ReferenceKeys
-from fabreg.testlib.spack import SpackStack, choose_spec, stack_fixture_variables
+from fabreg.testlib.spack import SpackStack, choose_spec
 
 #: Spack packages that provide the OSU binaries, in order of preference.
 SPACK_OSU_PACKAGES = ("osu-micro-benchmarks", "fabreg-probes")
@@ -111,11 +111,11 @@ class OsuBinaries(rfm.CompileOnlyRegressionTest):
     build_system = "Make"
 
     #: The partition's Spack environment, installed once per partition (under the
-    #: ``builtin`` environment where every partition has one).
+    #: ``builtin`` environment where the partition has one).
     #:
     #: :type: fixture :class:`SpackStack`
     #: :default: one per partition
-    spack_stack = fixture(SpackStack, scope="partition", variables=stack_fixture_variables())
+    spack_stack = fixture(SpackStack, scope="partition")
 
     @run_after("setup")
     def choose_provider(self) -> None:

@@ -12,8 +12,8 @@ rebuilt benchmark shows up as a build change in trend review.
 
 The Spack build does not depend on the ReFrame programming environment it runs
 in (Spack brings its own compilers and the MPIs as externals or builds), which
-is why one build per partition is enough; it runs under ``builtin`` where every
-partition offers that environment (``stack_fixture_variables``).
+is why one build per partition is enough; it runs under ``builtin`` where the
+partition offers that environment (``SpackStack.neutral_environment``).
 
 Per-partition settings, in the partition's ``extras`` (environment variables of
 the same meaning override them):
@@ -165,8 +165,9 @@ def shared_develop_sources(develop_yaml: str, records: list[SpackSpec]) -> str |
     """Why a ``develop:`` entry makes the MPI builds share one source tree, or None.
 
     Spack builds a developed autotools package (OSU) in its source directory; a
-    second build against another MPI there reuses the first one's objects, and the
-    "OpenMPI" benchmark ends up linked against MPICH.
+    second build against another MPI there reuses the first one's objects, and one
+    MPI's benchmark ends up linked against the other's library (seen with Spack
+    1.1.0: the "MPICH" osu_latency loaded OpenMPI's libmpi.so.40).
     """
     try:
         develop = (yaml.safe_load(develop_yaml) or {}).get("develop") or {}
@@ -183,25 +184,6 @@ def shared_develop_sources(develop_yaml: str, records: list[SpackSpec]) -> str |
                     f"develop entry (spack -e <env> undevelop {package}) or develop it in an "
                     "environment with one MPI (docs/spack.md)")
     return None
-
-
-def stack_fixture_variables() -> dict[str, list[str]]:
-    """Fixture variables that run ``SpackStack`` under ``builtin`` where every partition has it.
-
-    A partition-scoped fixture otherwise takes the environment of whichever binaries
-    fixture registered it last (``mvapich2`` on ``local``): the Spack build would be
-    staged and logged under an MPI's name. Without ``builtin`` everywhere (or with
-    ``-p`` leaving it out) ReFrame's choice stands: only the label, not the build,
-    depends on it.
-    """
-    try:
-        partitions = runtime().system.partitions
-    except ReframeFatalError:  # no ReFrame session: imported by a unit test
-        return {}
-    if partitions and all(any(env.name == NEUTRAL_ENVIRON for env in part.environs)
-                          for part in partitions):
-        return {"valid_prog_environs": [NEUTRAL_ENVIRON]}
-    return {}
 
 
 def _say_once(key: str, message: str) -> None:
@@ -240,6 +222,27 @@ class SpackStack(rfm.RunOnlyRegressionTest):
     local = True
     num_tasks = 1
     executable = "echo"
+
+    @run_after("init")
+    def neutral_environment(self) -> None:
+        """Run under ``builtin`` when the partition offers it, not under an MPI's name.
+
+        ReFrame gives a partition-scoped fixture the environment of whichever test
+        registered it last (``mvapich2`` on ``local``), so the Spack build would be
+        staged and logged as that MPI's. Without ``builtin`` in the partition (or with
+        ``-p`` leaving it out) ReFrame's choice stands: only the label depends on it.
+        Changed here, not through fixture variables, which would enter every OSU
+        check's name (and with it every perflog series).
+        """
+        try:
+            partitions = {p.fullname: p for p in runtime().system.partitions}
+        except ReframeFatalError:  # no ReFrame session
+            return
+        chosen = [partitions.get(name) for name in self.valid_systems]
+        if chosen and all(part is not None and any(env.name == NEUTRAL_ENVIRON
+                                                   for env in part.environs)
+                          for part in chosen):
+            self.valid_prog_environs = [NEUTRAL_ENVIRON]
 
     @run_after("setup")
     def plan_build(self) -> None:
