@@ -101,6 +101,9 @@ def test_template_covers_what_a_site_overrides():
     for key in ("externals:", "buildable: false", "install_tree:", "mirrors::", "bootstrap:",
                 "compilers:"):
         assert key in text, key
+    # Builds target the compute nodes, not the login node that runs ReFrame.
+    template = yaml.safe_load(text)
+    assert template["packages"]["all"]["require"].startswith("target=")
 
 
 def _recipe_functions() -> dict:

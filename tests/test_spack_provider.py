@@ -6,12 +6,20 @@ import hashlib
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import REPO
 
 from fabreg.errors import FabregError
 from fabreg.run import providers
 from fabreg.testlib.osu import SPACK_OSU_PACKAGES
-from fabreg.testlib.spack import choose_spec, lock_digest, parse_spec_records, site_config
+from fabreg.testlib.spack import (
+    absolute_manifest,
+    choose_spec,
+    lock_digest,
+    parse_spec_records,
+    shared_develop_sources,
+    site_config,
+)
 
 # The shape of `spack find --format '{name}|{version}|{hash}|{prefix}|{^mpi.name}|{^mpi.variants}'`
 # as Spack 1.1 printed it here (variants abridged), plus an MVAPICH2 pair and noise.
@@ -95,3 +103,51 @@ def test_manifest_override_must_exist(monkeypatch, tmp_path):
         providers.spack_manifest()
     monkeypatch.delenv("FABREG_SPACK_MANIFEST")
     assert providers.spack_manifest() == Path(REPO / "spack.yaml")
+
+
+def test_records_carry_the_mpi_prefix_and_old_six_field_records_still_read():
+    seven = ("osu-micro-benchmarks|7.2|dddddddddddddddddddddddddddddddd|/t/osu-7.2-ddd|openmpi|"
+             "fabrics:=ucx|/site/prefixes/openmpi\n")
+    (record,) = parse_spec_records(seven)
+    assert record.mpi_prefix == "/site/prefixes/openmpi"
+    assert all(r.mpi_prefix == "" for r in parse_spec_records(FIND_OUTPUT))
+
+
+def test_absolute_manifest_makes_the_repository_and_include_paths_absolute(tmp_path):
+    text = absolute_manifest(REPO / "spack.yaml")
+    spack = yaml.safe_load(text)["spack"]
+    assert spack["repos"] == {"fabreg": str(REPO / "spack/repos/spack_repo/fabreg")}
+    assert spack["include"] == [{"path": str(REPO / "spack/sites/default.yaml"),
+                                 "path_override_env_var": "FABREG_SPACK_SITE_CONFIG"}]
+    # Everything else is the manifest's own: the definitions and their conditions.
+    assert spack["definitions"] == yaml.safe_load((REPO / "spack.yaml").read_text())[
+        "spack"]["definitions"]
+    other = tmp_path / "site" / "spack.yaml"
+    other.parent.mkdir()
+    other.write_text("spack:\n  include: [sites/x.yaml, /abs/y.yaml, $SITE/z.yaml]\n"
+                     "  repos: [repo]\n  specs: [zlib]\n")
+    spack = yaml.safe_load(absolute_manifest(other))["spack"]
+    assert spack["include"] == [str(other.parent / "sites/x.yaml"), "/abs/y.yaml",
+                                "$SITE/z.yaml"]
+    assert spack["repos"] == [str(other.parent / "repo")]
+
+
+DEVELOP = """\
+develop:
+  osu-micro-benchmarks:
+    spec: osu-micro-benchmarks@=7.2
+    path: /src/osu-micro-benchmarks-7.2
+"""
+
+
+def test_a_develop_source_shared_by_two_mpi_builds_is_named():
+    records = parse_spec_records(FIND_OUTPUT)
+    problem = shared_develop_sources(DEVELOP, records)
+    assert problem.startswith("the environment develops osu-micro-benchmarks from one source "
+                              "directory (/src/osu-micro-benchmarks-7.2) for 3 MPI builds "
+                              "(mvapich2, openmpi): ")
+    assert "\n" not in problem
+    # One MPI build of the developed package, or no develop entry: nothing to say.
+    one = [r for r in records if r.name != "osu-micro-benchmarks" or r.mpi == "openmpi"]
+    assert shared_develop_sources(DEVELOP, one) is None
+    assert shared_develop_sources("develop: {}\n", records) is None

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import REPO, have, run_reframe
 
 from fabreg.run.providers import find_spack
@@ -44,21 +45,29 @@ def test_dry_run_writes_one_spack_build_per_partition_with_env_specs_and_shared_
     assert proc.returncode == 0, out[-3000:]
     scripts = sorted(tmp_path.glob("stage/local/default/*/SpackStack_*/rfm_job.sh"))
     assert len(scripts) == 1, scripts  # once per partition, not per test or environment
+    # Under the environment without an MPI, not under whichever MPI registered it last.
+    assert scripts[0].parts[-3] == "builtin", scripts[0]
     lines = scripts[0].read_text().splitlines()
     expected = [
         "export FABREG_SPACK_WITHOUT='mvapich2 osu-micro-benchmarks'",
         f"export FABREG_SPACK_SITE_CONFIG={REPO / 'spack' / 'sites' / 'local.yaml'}",
         "set -o errexit",
-        "rm -rf rfm_spack_env",
-        f"spack env create -d rfm_spack_env {REPO / 'spack.yaml'}",
         f"spack -e rfm_spack_env config add config:install_tree:root:{tree}",
         "spack -e rfm_spack_env concretize",
+        "spack -e rfm_spack_env config get develop > spack-develop.yaml",
         "spack -e rfm_spack_env install --fail-fast",
     ]
     positions = [lines.index(line) for line in expected]
     assert positions == sorted(positions), lines
     assert any(line.startswith("spack -e rfm_spack_env find --format") and "^mpi" in line
                for line in lines)
+    # The environment is written by the fixture with absolute paths: Spack never reads a
+    # relative repository path from the stage ("No repo.yaml found").
+    manifest = yaml.safe_load((scripts[0].parent / "rfm_spack_env" / "spack.yaml").read_text())
+    assert manifest["spack"]["repos"] == {"fabreg": str(REPO / "spack" / "repos" / "spack_repo"
+                                                       / "fabreg")}
+    assert manifest["spack"]["include"][0]["path"] == str(REPO / "spack/sites/default.yaml")
+    assert "spack env create" not in scripts[0].read_text()
     for mpi in ("openmpi", "mpich"):
         (build,) = tmp_path.glob(f"stage/local/default/{mpi}/OsuBinaries_*/rfm_build.sh")
         assert (f"would use <spack: osu-micro-benchmarks or fabreg-probes ^{mpi}>"
@@ -199,6 +208,10 @@ def test_spack_builds_the_probes_offline_and_a_check_runs_on_them(local_site, tm
     # The fixture keeps the lock file it installed from in its output directory.
     (lock,) = tmp_path.glob("output/local/default/*/SpackStack_*/spack.lock")
     assert row["spack_lock"] == hashlib.sha256(lock.read_bytes()).hexdigest()[:16]
+    assert {p.name for p in lock.parent.iterdir()} >= {
+        "spack.lock", "spack.yaml", "spack-mpi-specs.txt", "spack-develop.yaml"}
+    # Spack read no relative repository path from the stage.
+    assert "No repo.yaml found" not in out
     # Built against OpenMPI's own prefix, not whatever /usr/bin/mpicc points at.
     ldd = subprocess.run(["ldd", str(prefix / "bin" / "osu_latency")], capture_output=True,
                          text=True).stdout
@@ -221,3 +234,6 @@ def test_a_failed_spack_build_fails_the_fixture_with_spacks_error_and_runs_nothi
             f"does not exist at ({tmp_path / 'no-externals-here' / 'externals.yaml'})") in out
     assert "[dependencies failed]" in out  # no silent fallback to the probes
     assert not (tmp_path / "perflogs" / "local" / "default" / "OsuLatency.log").exists()
+    # What Spack was given is in the output directory although the fixture failed.
+    (kept,) = tmp_path.glob("output/local/default/*/SpackStack_*/spack.yaml")
+    assert "FABREG_SPACK_SITE_CONFIG" in kept.read_text()

@@ -10,6 +10,7 @@ environment names one, else fabreg's probes, built once per environment by the
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import reframe as rfm
@@ -24,9 +25,10 @@ from reframe.core.builtins import (
     variable,
 )
 from reframe.core.exceptions import ReframeError, SanityError
+from reframe.core.logging import getlogger
 
 from fabreg.metrics import perfvar_name
-from fabreg.run import busbw, measure, providers
+from fabreg.run import busbw, linkage, measure, providers
 from fabreg.run.parsers.osu import (
     OsuResult,
     expected_sizes,
@@ -60,9 +62,18 @@ BENCHMARKS: dict[str, tuple[str, str, list[int]]] = {
 
 PT2PT = ("osu_latency", "osu_bw", "osu_bibw")
 
+#: Files the binaries fixture's build writes: the MPI wrapper's link line, ``ldd`` per binary.
+WRAPPER_SHOW = "rfm_mpi_show.txt"
+LDD_PREFIX = "rfm_ldd_"
+
 
 class OsuBinaries(rfm.CompileOnlyRegressionTest):
-    """Fixture: the OSU binaries of one environment (Spack, real OSU or the bundled probes)."""
+    """Fixture: the OSU binaries of one environment (Spack, real OSU or the bundled probes).
+
+    Every binary must load the environment's MPI library (``fabreg.run.linkage``):
+    a binary built against another MPI fails the fixture, naming the binary, the
+    library it loads and the one expected.
+    """
 
     #: ``spack``, ``osu-prefix`` or ``fabreg-probes``.
     #:
@@ -89,10 +100,18 @@ class OsuBinaries(rfm.CompileOnlyRegressionTest):
     #: :type: ``str``
     #: :default: ``""``
     spack_lock = variable(str, value="")
+    #: The MPI compiler wrapper whose ``-show`` link line says which MPI library the
+    #: binaries must load: the environment's ``cc``, or ``bin/mpicc`` of the MPI Spack
+    #: built them against.
+    #:
+    #: :type: ``str``
+    #: :default: ``""`` (set when the provider is chosen)
+    mpi_wrapper = variable(str, value="")
 
     build_system = "Make"
 
-    #: The partition's Spack environment, installed once per partition.
+    #: The partition's Spack environment, installed once per partition (under the
+    #: ``builtin`` environment where the partition has one).
     #:
     #: :type: fixture :class:`SpackStack`
     #: :default: one per partition
@@ -145,14 +164,52 @@ class OsuBinaries(rfm.CompileOnlyRegressionTest):
         self.location = chosen.prefix
         self.spack_spec, self.spack_hash = chosen.short, chosen.hash
         self.spack_lock = self.spack_stack.lock
+        if chosen.mpi_prefix:
+            self.mpi_wrapper = str(Path(chosen.mpi_prefix, "bin", "mpicc"))
         self.build_system.commands = [f'echo "using {chosen.short} from {chosen.prefix}"']
 
+    @run_before("compile")
+    def record_linkage(self) -> None:
+        """After the build: the wrapper's link line and ``ldd`` of every binary, as files."""
+        self.mpi_wrapper = self.mpi_wrapper or str(self.current_environ.cc)
+        cmds = [f"{shlex.quote(self.mpi_wrapper)} -show > {WRAPPER_SHOW} 2>&1 || true"]
+        for name in BENCHMARKS:
+            path = self.path_of(name) or str(Path(self.stagedir, name))
+            cmds.append(f"ldd {shlex.quote(path)} > {LDD_PREFIX}{name}.txt 2>&1 || true")
+        self.postbuild_cmds = [*self.postbuild_cmds, *cmds]
+        self.keep_files = [WRAPPER_SHOW, *(f"{LDD_PREFIX}{name}.txt" for name in BENCHMARKS)]
+
     @sanity_function
-    def binaries_present(self) -> sn.Deferrable:
-        return sn.all(
-            sn.assert_true(self.path_of(name) is not None, f"{name} missing from {self.location}")
-            for name in BENCHMARKS
-        )
+    def binaries_present(self) -> bool:
+        missing = [name for name in BENCHMARKS if self.path_of(name) is None]
+        if missing:
+            raise SanityError(f"{', '.join(missing)} missing from {self.location}")
+        problem = self.linkage_problem()
+        if problem:
+            raise SanityError(problem)
+        return True
+
+    def linkage_problem(self) -> str | None:
+        """The first binary that does not load the environment's MPI (None: all do)."""
+        mpi = str(self.current_environ.extras.get("mpi") or self.current_environ.name)
+        show = self._read(WRAPPER_SHOW)
+        expected = linkage.expected_from_wrapper(mpi, f"{self.mpi_wrapper} -show", show)
+        for name in BENCHMARKS:
+            found = linkage.parse_ldd(str(self.path_of(name)),
+                                      self._read(f"{LDD_PREFIX}{name}.txt"))
+            why_not = linkage.unverifiable(found, expected)
+            if why_not:
+                getlogger().warning(f"{self.current_environ.name}: MPI linkage of the OSU "
+                                    f"binaries not verified: {why_not}")
+                return None
+            problem = linkage.linkage_problem(found, expected)
+            if problem:
+                return f"{problem} [provider {self.provider}]"
+        return None
+
+    def _read(self, name: str) -> str:
+        path = Path(self.stagedir, name)
+        return path.read_text(errors="replace") if path.is_file() else ""
 
     def path_of(self, benchmark: str) -> str | None:
         if self.provider == providers.SPACK and self.is_dry_run():

@@ -1,17 +1,19 @@
 """Spack as a benchmark provider: build the suite's environment once per partition.
 
-``SpackStack`` is a partition-scoped fixture. It creates a Spack environment from
-the repository's ``spack.yaml`` in its stage, concretizes and installs it into a
-shared install tree (so a second session, or a second partition on the same
-tree, installs nothing), then records which spec was built for which MPI. The
+``SpackStack`` is a partition-scoped fixture. It writes a Spack environment (the
+repository's ``spack.yaml``, paths made absolute) into its stage, concretizes and
+installs it into a shared install tree (so a second session, or a second partition
+on the same tree, installs nothing), then records which spec was built for which
+MPI, and copies spack.lock, spack.yaml and that record into its output directory
+whether the session's checks pass or not. The
 environment-scoped binaries fixtures pick their benchmark from that record; the
 spec's DAG hash and the ``spack.lock`` digest go into every perflog line, so a
 rebuilt benchmark shows up as a build change in trend review.
 
 The Spack build does not depend on the ReFrame programming environment it runs
 in (Spack brings its own compilers and the MPIs as externals or builds), which
-is why one build per partition is enough although ReFrame formally runs it under
-the partition's first environment.
+is why one build per partition is enough; it runs under ``builtin`` where the
+partition offers that environment (``SpackStack.neutral_environment``).
 
 Per-partition settings, in the partition's ``extras`` (environment variables of
 the same meaning override them):
@@ -29,15 +31,18 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import reframe as rfm
 import reframe.utility.sanity as sn
+import yaml
 from reframe.core.builtins import run_after, run_before, sanity_function, variable
-from reframe.core.exceptions import ReframeError, SanityError
+from reframe.core.exceptions import ReframeError, ReframeFatalError, SanityError
 from reframe.core.logging import getlogger
+from reframe.core.runtime import runtime
 
 from fabreg.errors import FabregError
 from fabreg.run import providers
@@ -46,7 +51,13 @@ from fabreg.run import providers
 ENV_DIR = "rfm_spack_env"
 #: Where the fixture records the installed specs that depend on MPI.
 ROOTS_FILE = "spack-mpi-specs.txt"
-_FIELDS = "{name}|{version}|{hash}|{prefix}|{^mpi.name}|{^mpi.variants}"
+#: The environment's ``develop:`` configuration (merged from every scope), as Spack sees it.
+DEVELOP_FILE = "spack-develop.yaml"
+#: Copied from the stage into the fixture's output directory after every run, failed or not.
+KEPT_FILES = (f"{ENV_DIR}/spack.lock", f"{ENV_DIR}/spack.yaml", ROOTS_FILE, DEVELOP_FILE)
+#: The environment the fixture runs under when every partition offers it: no MPI's label.
+NEUTRAL_ENVIRON = "builtin"
+_FIELDS = "{name}|{version}|{hash}|{prefix}|{^mpi.name}|{^mpi.variants}|{^mpi.prefix}"
 
 _said: set[str] = set()
 
@@ -61,6 +72,8 @@ class SpackSpec:
     prefix: str
     mpi: str
     mpi_variants: str
+    #: The MPI's install prefix (its ``bin/mpicc`` says which library the benchmark must load).
+    mpi_prefix: str = ""
 
     @property
     def short(self) -> str:
@@ -75,11 +88,14 @@ class SpackSpec:
 
 
 def parse_spec_records(text: str) -> list[SpackSpec]:
-    """Lines of ``spack find --format`` with ``_FIELDS`` -> records (other lines ignored)."""
+    """Lines of ``spack find --format`` with ``_FIELDS`` -> records (other lines ignored).
+
+    Records without the MPI prefix (six fields, as fabreg wrote them before) still read.
+    """
     records = []
     for line in text.splitlines():
         parts = line.split("|")
-        if len(parts) == 6 and parts[2] and parts[3].startswith(os.sep):
+        if len(parts) in (6, 7) and parts[2] and parts[3].startswith(os.sep):
             records.append(SpackSpec(*parts))
     return records
 
@@ -114,6 +130,60 @@ def site_config(system: str, extras: dict[str, Any]) -> str | None:
         return str(path)
     per_system = root / "spack" / "sites" / f"{system}.yaml"
     return str(per_system) if per_system.is_file() else None
+
+
+def absolute_manifest(manifest: Path) -> str:
+    """``manifest`` with its relative ``include`` and ``repos`` paths made absolute.
+
+    Written straight into the fixture's environment directory: ``spack env create -d
+    DIR manifest`` would first read the copy in DIR, where the relative repository
+    path does not resolve ("No repo.yaml found", three times a session), and only
+    then rewrite it.
+    """
+    data = yaml.safe_load(manifest.read_text()) or {}
+    spack = data.get("spack") or {}
+    base = manifest.resolve().parent
+
+    def absolute(path: str) -> str:
+        return path if os.path.isabs(path) or path.startswith(("$", "~")) else str(base / path)
+
+    includes = spack.get("include") or []
+    spack_includes = [{**entry, "path": absolute(entry["path"])} if isinstance(entry, dict)
+                      else absolute(entry) for entry in includes]
+    if includes:
+        spack["include"] = spack_includes
+    repos = spack.get("repos")
+    if isinstance(repos, dict):
+        spack["repos"] = {name: absolute(path) for name, path in repos.items()}
+    elif isinstance(repos, list):
+        spack["repos"] = [absolute(path) for path in repos]
+    header = f"# Written by fabreg from {manifest}: the same, with absolute paths.\n"
+    return header + yaml.safe_dump(data, sort_keys=False)
+
+
+def shared_develop_sources(develop_yaml: str, records: list[SpackSpec]) -> str | None:
+    """Why a ``develop:`` entry makes the MPI builds share one source tree, or None.
+
+    Spack builds a developed autotools package (OSU) in its source directory; a
+    second build against another MPI there reuses the first one's objects, and one
+    MPI's benchmark ends up linked against the other's library (seen with Spack
+    1.1.0: the "MPICH" osu_latency loaded OpenMPI's libmpi.so.40).
+    """
+    try:
+        develop = (yaml.safe_load(develop_yaml) or {}).get("develop") or {}
+    except yaml.YAMLError:
+        return None
+    for package, entry in develop.items():
+        mpis = sorted({f"{r.mpi} {r.mpi_variants}".strip() for r in records if r.name == package})
+        if len(mpis) > 1:
+            path = entry.get("path", "?") if isinstance(entry, dict) else "?"
+            names = sorted({m.split()[0] for m in mpis})
+            return (f"the environment develops {package} from one source directory ({path}) "
+                    f"for {len(mpis)} MPI builds ({', '.join(names)}): Spack builds both "
+                    "there and the second reuses the first one's objects; remove the "
+                    f"develop entry (spack -e <env> undevelop {package}) or develop it in an "
+                    "environment with one MPI (docs/spack.md)")
+    return None
 
 
 def _say_once(key: str, message: str) -> None:
@@ -153,6 +223,27 @@ class SpackStack(rfm.RunOnlyRegressionTest):
     num_tasks = 1
     executable = "echo"
 
+    @run_after("init")
+    def neutral_environment(self) -> None:
+        """Run under ``builtin`` when the partition offers it, not under an MPI's name.
+
+        ReFrame gives a partition-scoped fixture the environment of whichever test
+        registered it last (``mvapich2`` on ``local``), so the Spack build would be
+        staged and logged as that MPI's. Without ``builtin`` in the partition (or with
+        ``-p`` leaving it out) ReFrame's choice stands: only the label depends on it.
+        Changed here, not through fixture variables, which would enter every OSU
+        check's name (and with it every perflog series).
+        """
+        try:
+            partitions = {p.fullname: p for p in runtime().system.partitions}
+        except ReframeFatalError:  # no ReFrame session
+            return
+        chosen = [partitions.get(name) for name in self.valid_systems]
+        if chosen and all(part is not None and any(env.name == NEUTRAL_ENVIRON
+                                                   for env in part.environs)
+                          for part in chosen):
+            self.valid_prog_environs = [NEUTRAL_ENVIRON]
+
     @run_after("setup")
     def plan_build(self) -> None:
         part = self.current_partition
@@ -185,12 +276,13 @@ class SpackStack(rfm.RunOnlyRegressionTest):
             env_vars["PATH"] = f"{shlex.quote(str(exe.parent))}:$PATH"
         self.env_vars = {**self.env_vars, **env_vars}
         tree = _setting(part.extras, "spack_install_tree", "FABREG_SPACK_INSTALL_TREE")
-        self.prerun_cmds = spack_commands(str(manifest), tree)
+        envdir = Path(self.stagedir, ENV_DIR)
+        envdir.mkdir(parents=True, exist_ok=True)
+        (envdir / "spack.yaml").write_text(absolute_manifest(manifest))
+        self.prerun_cmds = spack_commands(tree)
         self.executable = "spack"
         self.executable_opts = ["-e", ENV_DIR, "install", "--fail-fast"]
         self.postrun_cmds = [f"spack -e {ENV_DIR} find --format '{_FIELDS}' ^mpi > {ROOTS_FILE}"]
-        # Kept (flat) in the output directory: what was built, exactly; the stage goes.
-        self.keep_files = [ROOTS_FILE, f"{ENV_DIR}/spack.lock", f"{ENV_DIR}/spack.yaml"]
 
     def _requested(self, extras: dict[str, Any]) -> str:
         try:
@@ -203,10 +295,23 @@ class SpackStack(rfm.RunOnlyRegressionTest):
         self.executable_opts = [shlex.quote(f"fabreg: Spack not used: {why}")]
 
     @run_before("sanity")
-    def read_lock(self) -> None:
+    def keep_records(self) -> None:
+        """Copy what was built into the output directory now, whatever the outcome.
+
+        ReFrame's ``keep_files`` are copied only when the fixture and every check that
+        uses it pass; otherwise they stay in the stage, which the next session deletes.
+        """
+        if not self.active or self.is_dry_run():
+            return
         lockfile = Path(self.stagedir, ENV_DIR, "spack.lock")
-        if self.active and lockfile.is_file():
+        if lockfile.is_file():
             self.lock = lock_digest(lockfile)
+        out = Path(self.outputdir)
+        out.mkdir(parents=True, exist_ok=True)
+        for rel in KEPT_FILES:
+            source = Path(self.stagedir, rel)
+            if source.is_file():
+                shutil.copy2(source, out / source.name)
 
     @sanity_function
     def installed(self) -> sn.Deferrable:
@@ -217,6 +322,9 @@ class SpackStack(rfm.RunOnlyRegressionTest):
                   if line.startswith("==> Error")]
         if errors:
             raise SanityError(f"Spack failed: {errors[0]} (full log: rfm_job.err)")
+        shared = shared_develop_sources(self._read(DEVELOP_FILE), self.specs())
+        if shared:
+            raise SanityError(shared)
         return sn.assert_true(bool(self.specs()),
                               f"Spack installed no MPI benchmark (see {ROOTS_FILE})")
 
@@ -230,15 +338,13 @@ class SpackStack(rfm.RunOnlyRegressionTest):
         return parse_spec_records(path.read_text()) if path.is_file() else []
 
 
-def spack_commands(manifest: str, install_tree: str | None) -> list[str]:
-    """Shell commands that make the environment from ``manifest`` and concretize it."""
-    cmds = [
-        "set -o errexit",
-        f"rm -rf {ENV_DIR}",
-        f"spack env create -d {ENV_DIR} {shlex.quote(manifest)}",
-    ]
+def spack_commands(install_tree: str | None) -> list[str]:
+    """Shell commands that concretize the environment in ``ENV_DIR`` (its spack.yaml is
+    written by the fixture) and record its ``develop:`` configuration."""
+    cmds = ["set -o errexit"]
     if install_tree:
         opt = shlex.quote(f"config:install_tree:root:{install_tree}")
         cmds.append(f"spack -e {ENV_DIR} config add {opt}")
-    cmds.append(f"spack -e {ENV_DIR} concretize")
+    cmds += [f"spack -e {ENV_DIR} concretize",
+             f"spack -e {ENV_DIR} config get develop > {DEVELOP_FILE}"]
     return cmds
