@@ -9,6 +9,8 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -67,6 +69,40 @@ def test_a_failing_value_under_a_cpu_hog_is_inconclusive(tmp_path):
     assert set(json.loads(row["verdicts"]).values()) == {"inconclusive"}
     assert json.loads(row["interference"])["other_share"] > 0.1
     assert row["bandwidth_1MB_result"] == "pass" and float(row["bandwidth_1MB_value"]) > 0
+
+
+def test_a_failure_confirmed_on_a_quiet_host_fails_though_the_job_was_busy(tmp_path):
+    """CPU hogs take the host while the value is first measured and end before it is
+    confirmed: the confirmation runs wait for a quiet host, are metered by themselves, and
+    their failure is a failure although the job as a whole was contended."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+
+    def end_hogs_at_the_last_repeat() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not list((tmp_path / "stage").rglob(
+                "measure-2.out")):
+            time.sleep(0.2)
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    watcher = threading.Thread(target=end_hogs_at_the_last_repeat)
+    watcher.start()
+    try:
+        proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL,
+                           checks=_checks(tmp_path), perflog_dir=tmp_path / "perflogs",
+                           cwd=tmp_path)
+    finally:
+        for hog in hogs:
+            hog.kill()
+        watcher.join()
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-4000:]
+    row = _row(tmp_path / "perflogs")
+    assert row["ref_status"] == "fail", row["ref_notes"]
+    assert json.loads(row["interference"])["other_share"] > 0.1, row["interference"]
+    assert "confirmed by 3 run(s) on a quiet host" in row["ref_notes"], row["ref_notes"]
+    measured = json.loads(next((tmp_path / "stage").rglob("measure.json")).read_text())
+    assert set(measured["quiet_confirmations"].values()) == {3}
 
 
 def test_a_failure_that_reproduces_fails_with_both_measurements(tmp_path):

@@ -11,7 +11,10 @@ of the benchmark; it:
 2. repeats it at the asserted sizes until each has ``repeats`` values or the time budget
    is spent;
 3. re-measures a size whose best value still crosses its failure limit (``repeats`` more
-   runs, even past the budget): only a failure that reproduces is *confirmed*;
+   runs, even past the budget): only a failure that reproduces is *confirmed*. Each
+   confirmation run first waits (up to ``quiet_wait_s`` in all) for a second in which other
+   work leaves the host alone, and is metered by itself: a failure confirmed by a quiet run
+   is a failure even if other work took the CPUs during the rest of the job;
 4. meters the CPU time other work took on the host meanwhile (``fabreg.run.interference``);
 5. ends a launch that printed its complete table but does not exit (MPICH 4.0 with UCX
    1.13 hangs in ``MPI_Finalize`` over TCP) after a grace period, keeping its values.
@@ -34,6 +37,7 @@ from typing import Any
 from fabreg.run.interference import (
     CONTENDED_SHARE,
     TOKEN_VARIABLE,
+    InterferenceMeter,
     JobMeter,
     exclusive_allocation,
 )
@@ -68,6 +72,8 @@ class Plan:
     #: Seconds a launch may linger after printing its complete table.
     grace_s: float = 20.0
     contended_share: float = CONTENDED_SHARE
+    #: Seconds the confirmation runs may wait, in all, for the host to be quiet.
+    quiet_wait_s: float = 30.0
 
     @classmethod
     def load(cls, path: Path) -> Plan:
@@ -116,6 +122,17 @@ def crosses(value: float, limit: float, lower_is_better: bool) -> bool:
     return value > limit if lower_is_better else value < limit
 
 
+def wait_for_quiet(token: str, threshold: float, deadline: float) -> float:
+    """Wait, one-second windows at a time, until other work takes at most ``threshold`` of
+    this host's CPU or ``deadline`` (monotonic) passes; return the last window's share."""
+    while True:
+        meter = InterferenceMeter(token, interval=0.2).start()
+        time.sleep(1.0)
+        share = meter.stop().share
+        if share <= threshold or time.monotonic() >= deadline:
+            return share
+
+
 def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     """Run the plan in ``workdir``; return (and write) what ``measure.json`` holds."""
     token = uuid.uuid4().hex
@@ -125,22 +142,37 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     launches: list[Launch] = []
     values: dict[int, list[float]] = {s: [] for s in plan.sizes}
 
-    def launch(options: list[str], sizes: list[int], echo: bool = False) -> Launch:
+    quiet: dict[int, int] = {}  # size -> confirmation runs that measured it on a quiet host
+
+    def launch(options: list[str], sizes: list[int], echo: bool = False) -> dict[int, float]:
         out = workdir / f"measure-{len(launches)}.out"
         done = run_once(plan.command, options, out, table_complete(sizes), plan.grace_s, env,
                         echo)
         launches.append(done)
-        for size, value in _values(out, plan.sizes, plan.column).items():
+        got = _values(out, plan.sizes, plan.column)
+        for size, value in got.items():
             values[size].append(value)
-        return done
+        return got
 
-    def repeat(sizes: list[int]) -> None:
+    def repeat(sizes: list[int]) -> dict[int, float]:
         low, high = min(sizes), max(sizes)
         opts = [o.format(low=low, high=high) for o in plan.repeat_options]
         wanted = [s for s in plan.full_sizes if low <= s <= high]
-        launch(opts, wanted)
+        return launch(opts, wanted)
 
-    first = launch(plan.full_options, plan.full_sizes, echo=True)
+    def confirm(sizes: list[int], deadline: float) -> None:
+        """One confirmation run, after waiting for a quiet host, metered by itself."""
+        wait_for_quiet(token, plan.contended_share, deadline)
+        own = workdir / f"meter-{len(launches)}"
+        own.mkdir(exist_ok=True)
+        run_meter = JobMeter(token, own).start()
+        got = repeat(sizes)
+        if not run_meter.stop().contended(plan.contended_share):
+            for size in got:
+                quiet[size] = quiet.get(size, 0) + 1
+
+    launch(plan.full_options, plan.full_sizes, echo=True)
+    first = launches[0]
     if all(values[s] for s in plan.sizes) and not (first.returncode and not
                                                     first.hung_after_results):
         while (time.monotonic() - start < plan.budget_s
@@ -153,8 +185,9 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     failing = [s for s, v in first_batch.items()
                if s in plan.fail_limits and crosses(v, plan.fail_limits[s], plan.lower_is_better)]
     if failing:
+        deadline = time.monotonic() + plan.quiet_wait_s
         for _ in range(plan.repeats):
-            repeat(failing)
+            confirm(failing, deadline)
     interference = meter.stop()
     final = {s: best(v, plan.lower_is_better) for s, v in values.items() if v}
     result = {
@@ -163,6 +196,7 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
         "spread": {str(s): round(spread(v, plan.lower_is_better), 4)
                    for s, v in values.items() if v},
         "confirmation": {str(s): first_batch[s] for s in failing},
+        "quiet_confirmations": {str(s): n for s, n in quiet.items()},
         "interference": interference.as_dict(),
         "contended": interference.contended(plan.contended_share),
         "exclusive": exclusive_allocation(),

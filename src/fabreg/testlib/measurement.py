@@ -9,7 +9,9 @@ the best value (interference cannot fake it) and qualifies the band's verdict:
   the host's CPU time while it was measured: not a regression, a warning with the figure;
 - ``flaky``: the first measurements failed, the confirmation did not: a warning with both
   values;
-- ``fail``: the failure reproduced on a quiet host: the test fails.
+- ``fail``: the failure reproduced on a quiet host: the test fails. The confirmation runs
+  wait for a quiet host and are metered by themselves, so a failure they confirm is a
+  failure even when other work took the CPUs during the rest of the job.
 
 Logged per run: ``spread`` (how far the worst of a value's measurements lay from its best),
 ``interference`` (other work's CPU time), ``exclusive`` (did Slurm give the nodes to this
@@ -61,6 +63,11 @@ class RepeatedMeasurement(rfm.RegressionTestPlugin):
     #: :type: ``float``
     #: :default: ``fabreg.run.interference.CONTENDED_SHARE`` (0.10)
     contended_share = variable(float, value=CONTENDED_SHARE, loggable=False)
+    #: Seconds the confirmation of a failing value may wait, in all, for a quiet host.
+    #:
+    #: :type: ``float``
+    #: :default: ``30.0``
+    quiet_wait = variable(float, value=30.0, loggable=False)
     #: Measure repeatedly (False: one run, judged as it is).
     #:
     #: :type: ``bool``
@@ -149,9 +156,16 @@ class RepeatedMeasurement(rfm.RegressionTestPlugin):
         if result is None:
             return {}
         share = result["interference"]["other_share"]
+        quiet = {var: int(n) for size, n in result.get("quiet_confirmations", {}).items()
+                 for var in self.variables_at(int(size))}
         out = {}
         for a in assessments:
-            if a.verdict == "fail" and result["contended"]:
+            if a.verdict == "fail" and result["contended"] and quiet.get(a.name):
+                # Every measurement failed, among them confirmation runs on a quiet host:
+                # other work elsewhere in the job cannot have caused it.
+                out[a.name] = ("fail", f"confirmed by {quiet[a.name]} run(s) on a quiet host "
+                                       f"(other work took {share:.0%} of the CPU over the job)")
+            elif a.verdict == "fail" and result["contended"]:
                 out[a.name] = ("inconclusive", f"other work took {share:.0%} of the host's CPU "
                                                f"while it measured")
             elif a.verdict != "fail" and a.name in self.confirmation:
