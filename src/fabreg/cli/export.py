@@ -8,8 +8,9 @@ from pathlib import Path
 
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
-from fabreg.review import export, trends
+from fabreg.review import export, isolation_metrics, trends
 from fabreg.review.store import Store
+from fabreg.review.sweeps import latest_sweeps
 from fabreg.run import stress
 
 DEFAULT_PORT = 9105
@@ -41,7 +42,8 @@ def produce(db: str | None) -> str:
     with Store(db_path(db), create=False) as store:
         all_series = store.load()
     verdicts = trends.analyse(all_series)
-    return export.render(all_series, verdicts)
+    return export.render(all_series, verdicts) + isolation_metrics.render(
+        latest_sweeps(all_series))
 
 
 def run_export(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.review import compare, trends
 from fabreg.review.progress import Progress
 from fabreg.review.store import Store
+from fabreg.review.sweeps import latest_sweeps
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fabreg.review import report  # matplotlib: import only when a report is wanted
+    # matplotlib: import only when a report is wanted
+    from fabreg.review import isolation_plot, report
 
     with Store(db_path(args.db), create=False) as store:
         all_series = store.load()
@@ -53,4 +55,7 @@ def run(args: argparse.Namespace) -> int:
                             curve_min_diff_pct=args.curve_threshold, jobs=args.jobs)
     moved = sum(1 for v in verdicts if v.changes)
     print(f"wrote {md} and {page}: {len(verdicts)} series, {moved} with changes")
+    sweeps_page = isolation_plot.write(latest_sweeps(all_series), Path(args.out))
+    if sweeps_page:
+        print(f"wrote {sweeps_page}: the newest sweeps' pair matrices and suspects")
     return 0

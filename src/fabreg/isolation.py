@@ -1,0 +1,194 @@
+"""Which node or which link is bad, from one sweep's pair measurements and nothing else.
+
+Shared by the sweep check (its verdict) and the review side (``fabreg isolate``, the report's
+heat map, Prometheus gauges), so both name the same suspects from the same figures. Pure: no
+I/O, no ReFrame, no store.
+
+No reference is needed: a pair is judged against the other pairs of the same run, so what the
+host did to all pairs at once (a busy CPU, a slow day) cancels. Interference only lowers
+bandwidth and raises latency, so the healthy level is taken from the pairs that are not already
+far below the best ones, not from all pairs (at 4 nodes one bad node is in half of them):
+
+1. *Healthy pairs*: those within ``min_deficit`` of the run's upper quartile.
+2. *Level and spread*: the median and the MAD (scaled to a standard deviation) of the healthy
+   pairs, in log space (a deficit is a ratio).
+3. *Slow pair*: at least ``min_deficit`` below the level, and more than ``spread_factor``
+   spreads below it (a noisy run needs a bigger deficit before a pair is called slow).
+4. *Node suspect*: slow in most (more than half, at least two) of its pairs, taken greedily,
+   worst first; pairs with a named node are explained and judged no further.
+5. *Link suspect*: a slow pair whose two nodes are otherwise healthy. With two nodes only, a
+   slow pair cannot tell a node from the path: it is named as a link.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from statistics import median
+
+#: A pair is slow only when it delivers less than this fraction below the healthy level.
+MIN_DEFICIT = {"bandwidth": 0.30, "latency": 0.50}
+#: ... and lies more than this many robust standard deviations below it.
+SPREAD_FACTOR = 4.0
+#: MAD -> standard deviation of a normal distribution.
+MAD_SCALE = 1.4826
+#: Which way is better, per metric the sweep measures.
+HIGHER_IS_BETTER = {"bandwidth": True, "latency": False}
+
+
+@dataclass(frozen=True)
+class PairValue:
+    """One directed pair's figure in one sweep: ``node_a`` sent, ``node_b`` received."""
+
+    node_a: str
+    node_b: str
+    value: float
+    round: int = 0
+
+
+@dataclass(frozen=True)
+class SlowPair:
+    node_a: str
+    node_b: str
+    value: float
+    deficit_pct: float
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """A named node or link with the pairs that point at it."""
+
+    kind: str  # "node" | "link"
+    nodes: tuple[str, ...]
+    metric: str
+    deficit_pct: float
+    pairs: tuple[SlowPair, ...]
+    #: pairs of this node (or link) that were measured, slow or not
+    measured: int
+
+    def as_json_object(self) -> dict[str, object]:
+        return {"kind": self.kind, "nodes": list(self.nodes), "metric": self.metric,
+                "deficit_pct": round(self.deficit_pct, 1), "measured": self.measured,
+                "pairs": [{"node_a": p.node_a, "node_b": p.node_b, "value": p.value,
+                           "deficit_pct": round(p.deficit_pct, 1)} for p in self.pairs]}
+
+    def text(self) -> str:
+        what = " <-> ".join(self.nodes)
+        return (f"{self.kind} {what}: {self.metric} {self.deficit_pct:.0f}% below the run's "
+                f"healthy pairs, slow in {len(self.pairs)} of {self.measured} pairs")
+
+
+@dataclass
+class Localisation:
+    """What one metric of one sweep says."""
+
+    metric: str
+    level: float  # the healthy pairs' median, in the metric's unit
+    spread: float  # robust relative standard deviation of the healthy pairs
+    threshold_pct: float  # deficit from which a pair is slow
+    slow: list[SlowPair] = field(default_factory=list)
+    suspects: list[Suspect] = field(default_factory=list)
+    measured: int = 0
+
+    def deficit(self, value: float) -> float:
+        """Percent below the level (for latency: percent of extra time, as a deficit)."""
+        return _deficit(value, self.level, HIGHER_IS_BETTER.get(self.metric, True))
+
+
+def _deficit(value: float, level: float, higher: bool) -> float:
+    if value <= 0 or level <= 0:
+        return 100.0
+    ratio = value / level if higher else level / value
+    return max(0.0, (1.0 - ratio) * 100.0)
+
+
+def _quantile(sorted_values: Sequence[float], q: float) -> float:
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def localise(values: Iterable[PairValue], metric: str = "bandwidth",
+             min_deficit: float | None = None,
+             spread_factor: float = SPREAD_FACTOR) -> Localisation:
+    """Slow pairs, node suspects and link suspects of one sweep for one metric."""
+    higher = HIGHER_IS_BETTER.get(metric, True)
+    floor = MIN_DEFICIT.get(metric, 0.3) if min_deficit is None else min_deficit
+    pairs = [p for p in values if p.node_a != p.node_b and math.isfinite(p.value)
+             and p.value > 0]
+    if not pairs:
+        return Localisation(metric, math.nan, math.nan, math.nan)
+    # log "goodness": higher is better whatever the metric
+    good = {id(p): (math.log(p.value) if higher else -math.log(p.value)) for p in pairs}
+    ordered = sorted(good.values())
+    top = _quantile(ordered, 0.75)
+    healthy = [g for g in ordered if g >= top + math.log(1.0 - floor)]
+    centre = median(healthy)
+    spread = MAD_SCALE * median(abs(g - centre) for g in healthy)
+    cut = max(-math.log(1.0 - floor), spread_factor * spread)
+    level = math.exp(centre if higher else -centre)
+    out = Localisation(metric, level, spread, (1.0 - math.exp(-cut)) * 100.0,
+                       measured=len(pairs))
+    slow_ids = set()
+    for p in pairs:
+        if centre - good[id(p)] >= cut:
+            slow_ids.add(id(p))
+            out.slow.append(SlowPair(p.node_a, p.node_b, p.value, out.deficit(p.value)))
+    out.suspects = _suspects(pairs, slow_ids, out)
+    return out
+
+
+def _suspects(pairs: list[PairValue], slow_ids: set[int], loc: Localisation) -> list[Suspect]:
+    nodes = sorted({p.node_a for p in pairs} | {p.node_b for p in pairs})
+    slow = {id(p): sp for p, sp in zip([p for p in pairs if id(p) in slow_ids], loc.slow)}
+    if not slow:
+        return []
+    if len(nodes) == 2:  # one path: a node cannot be told from the link
+        return [_link(tuple(nodes), pairs, slow, loc)]
+    named: list[Suspect] = []
+    explained: set[str] = set()
+    while True:
+        best = None
+        for node in nodes:
+            if node in explained:
+                continue
+            mine = [p for p in pairs if node in (p.node_a, p.node_b)
+                    and not explained & {p.node_a, p.node_b}]
+            bad = [p for p in mine if id(p) in slow]
+            if len(bad) >= 2 and len(bad) * 2 > len(mine):
+                score = (len(bad) / len(mine), len(bad))
+                if best is None or score > best[0]:
+                    best = (score, node, mine, bad)
+        if best is None:
+            break
+        _, node, mine, bad = best
+        explained.add(node)
+        named.append(Suspect("node", (node,), loc.metric,
+                             median(slow[id(p)].deficit_pct for p in bad),
+                             tuple(slow[id(p)] for p in bad), len(mine)))
+    links: dict[tuple[str, str], None] = {}
+    for p in pairs:
+        if id(p) in slow and not explained & {p.node_a, p.node_b}:
+            links[tuple(sorted((p.node_a, p.node_b)))] = None
+    named += [_link(link, pairs, slow, loc) for link in links]
+    return named
+
+
+def _link(link: tuple[str, ...], pairs: list[PairValue], slow: dict[int, SlowPair],
+          loc: Localisation) -> Suspect:
+    mine = [p for p in pairs if {p.node_a, p.node_b} == set(link)]
+    bad = [slow[id(p)] for p in mine if id(p) in slow]
+    return Suspect("link", link, loc.metric, median(b.deficit_pct for b in bad), tuple(bad),
+                   len(mine))
+
+
+def localise_all(table: dict[str, Iterable[PairValue]]) -> list[Localisation]:
+    """``localise`` for each metric of a sweep (``{"bandwidth": [...], "latency": [...]}``)."""
+    return [localise(values, metric) for metric, values in table.items()]
+
+
+def suspects_of(localisations: Iterable[Localisation]) -> list[Suspect]:
+    """Every suspect of every metric, a node or link named by several metrics once per metric."""
+    return [s for loc in localisations for s in loc.suspects]

@@ -1,0 +1,84 @@
+"""The sweeps in the store: each sweep run's per-link values, put back together as one matrix.
+
+The sweep check logs every pair as its own per-link series (``node_a``/``node_b`` parameters,
+``fabreg.schema.PAIR_TABLE``). This module finds the newest run of each sweep (test case,
+system, partition, environment) and gathers the values of its links, so ``fabreg isolate``,
+the heat map and the Prometheus gauges judge exactly the pairs of one run with
+``fabreg.isolation`` (the same rules the check applied).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from fabreg import isolation
+from fabreg.review.store import SeriesData
+from fabreg.schema import LINK_PARAMETERS, PAIR_METRIC_UNITS
+
+#: Perf variable of a pair between two nodes -> the metric ``fabreg.isolation`` judges.
+LINK_PERFVARS = {f"link_{metric}": metric for metric in PAIR_METRIC_UNITS}
+
+
+@dataclass
+class Sweep:
+    """One sweep run: where, when, and its pairs' values per metric."""
+
+    test: str
+    params: tuple[tuple[str, str], ...]  # without node_a/node_b
+    system: str
+    partition: str
+    environ: str
+    time: float
+    jobid: str
+    pairs: dict[str, list[isolation.PairValue]] = field(default_factory=dict)
+    #: per host: control perf variable (``loopback_bandwidth``...) -> value
+    controls: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> list[str]:
+        return sorted({n for values in self.pairs.values() for p in values
+                       for n in (p.node_a, p.node_b)} | set(self.controls))
+
+    @property
+    def label(self) -> str:
+        params = " ".join(f"{k}={v}" for k, v in self.params)
+        return f"{self.test} {params} {self.system}:{self.partition}+{self.environ}"
+
+    def localise(self) -> list[isolation.Localisation]:
+        return isolation.localise_all(self.pairs)
+
+
+def _is_link_series(series: SeriesData) -> bool:
+    params = series.key.param
+    return all(p in params for p in LINK_PARAMETERS) and len(series) > 0
+
+
+def latest_sweeps(all_series: list[SeriesData], system: str | None = None) -> list[Sweep]:
+    """The newest run of every sweep in the store (optionally of one system)."""
+    groups: dict[tuple, list[SeriesData]] = defaultdict(list)
+    for s in all_series:
+        if not _is_link_series(s) or (system and s.key.system != system):
+            continue
+        rest = tuple((k, v) for k, v in s.key.params if k not in LINK_PARAMETERS)
+        groups[(s.key.test, rest, s.key.system, s.key.partition, s.key.environ)].append(s)
+    sweeps = []
+    for (test, params, sys_name, part, env), members in sorted(groups.items()):
+        newest = max(float(s.time[-1]) for s in members)
+        jobid = next(s.jobid[-1] for s in members if float(s.time[-1]) == newest and s.jobid)
+        sweep = Sweep(test, params, sys_name, part, env, newest, jobid)
+        for s in members:
+            if float(s.time[-1]) != newest:
+                continue  # this link was not measured by the newest run
+            a, b = s.key.param["node_a"], s.key.param["node_b"]
+            value = float(s.value[-1])
+            if s.key.perfvar in LINK_PERFVARS and a != b:
+                sweep.pairs.setdefault(LINK_PERFVARS[s.key.perfvar], []).append(
+                    isolation.PairValue(a, b, value))
+            elif a == b:
+                sweep.controls.setdefault(a, {})[s.key.perfvar] = value
+        for values in sweep.pairs.values():
+            values.sort(key=lambda p: (p.node_a, p.node_b))
+        sweeps.append(sweep)
+    sweeps.sort(key=lambda w: w.time)
+    return sweeps
