@@ -15,7 +15,7 @@ from statistics import median
 
 import reframe as rfm
 import reframe.utility.sanity as sn
-from reframe.core.builtins import run_after, run_before, sanity_function, variable
+from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import PerformanceError, SanityError
 
 from fabreg import isolation, schema
@@ -35,6 +35,9 @@ class Sweep(ProbeCheck):
 
     benchmark = "fabreg_sweep"
     tags = {"sweep"}
+    #: One transport per MPI: the fabric's RDMA path where there is one, else TCP (another
+    #: transport over the same fabric would name the same suspects twice).
+    transport = parameter(["ucx_rc", "tcp"])
     time_limit = "10m"
 
     #: Rounds: ``shifts`` (every ordered pair), ``xor`` (log2 n rounds) or ``auto``
@@ -122,7 +125,7 @@ class Sweep(ProbeCheck):
         self.pair_table = json.dumps({
             "fields": list(schema.PAIR_TABLE_FIELDS),
             "rows": [[r.round, r.pattern, r.node_a, r.node_b, _finite(r.bandwidth_mbs),
-                      _finite(r.latency_us)] for r in result.rows],
+                      _finite(r.latency_us), _finite(r.latency_p50_us)] for r in result.rows],
         }, separators=(",", ":"))
         found = isolation.suspects_of(self.localisations())
         self.suspects_named = "; ".join(s.text() for s in found)

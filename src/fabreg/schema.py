@@ -42,12 +42,12 @@ NOT_PARAMETERS: frozenset[str] = frozenset({
 #: (sender) and ``node_b`` (receiver), so every link keeps its own history.
 PAIR_TABLE = "pair_table"
 PAIR_TABLE_FIELDS: tuple[str, ...] = ("round", "pattern", "node_a", "node_b", "bandwidth",
-                                      "latency")
+                                      "latency", "latency_p50")
 #: The series parameters that name a link (a control of one host has node_a == node_b).
 LINK_PARAMETERS: tuple[str, ...] = ("node_a", "node_b")
 #: Pair-table metric -> unit; a row's perf variable is ``<kind>_<metric>``, kind ``link`` for a
 #: pair of nodes, ``loopback`` or ``memory`` for a host's controls.
-PAIR_METRIC_UNITS: dict[str, str] = {"bandwidth": "MB/s", "latency": "us"}
+PAIR_METRIC_UNITS: dict[str, str] = {"bandwidth": "MB/s", "latency": "us", "latency_p50": "us"}
 PAIR_CONTROL_KINDS: tuple[str, ...] = ("loopback", "memory")
 
 
@@ -96,7 +96,8 @@ METRIC_DIRECTIONS: dict[str, str] = {
     "comm_fraction": LOWER, "gflops": HIGHER,
     # sweep: the run (median over pairs, suspects named) and its per-link series
     "pair_bandwidth": HIGHER, "pair_latency": LOWER, "suspects": LOWER,
-    "link_bandwidth": HIGHER, "link_latency": LOWER, "loopback_bandwidth": HIGHER,
+    "link_bandwidth": HIGHER, "link_latency": LOWER, "link_latency_p50": LOWER,
+    "loopback_bandwidth": HIGHER, "loopback_latency_p50": LOWER,
     "loopback_latency": LOWER, "memory_bandwidth": HIGHER,
 }
 

@@ -13,17 +13,17 @@
  * -R limits the rounds (the first R of the pattern). Per directed pair a -> b:
  * bandwidth measured at b (bytes received / time since the round's barrier,
  * best of the repeats) and latency measured at a (median of ping-pong round
- * trips a -> b -> a, halved). Before the rounds every rank measures controls of
+ * trips a -> b -> a, halved: the best one is judged, the median shown). Before the rounds every rank measures controls of
  * its own host that no network path carries: TCP over loopback (bandwidth and
  * latency) and memory copy bandwidth, so a node slow in every pair can be told
  * apart from a host that is slow at everything. Rank 0 prints one block (see
  * docs/isolation.md):
  *
  *   # fabreg_sweep v1 pattern=shifts ranks=4 rounds=3 size=1048576 count=8 ...
- *   # round pattern node_a node_b rank_a rank_b bw_mbs lat_us
- *   0 loopback node1 node1 0 0 2345.6 12.3
- *   0 memory node1 node1 0 0 8123.4 nan
- *   1 shift node1 node2 0 1 910.2 45.6
+ *   # round pattern node_a node_b rank_a rank_b bw_mbs lat_us lat_p50_us
+ *   0 loopback node1 node1 0 0 2345.6 12.3 nan
+ *   0 memory node1 node1 0 0 8123.4 nan nan
+ *   1 shift node1 node2 0 1 910.2 45.6 51.2
  *   # end fabreg_sweep status=ok pairs=12 seconds=3.2
  */
 #include "probe_workload.h"
@@ -36,6 +36,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,7 @@
 #define TAG_DATA 11
 #define TAG_PING 12
 #define TAG_PONG 13
+#define NVAL 3  /* per rank and round: bandwidth in, best latency out, median latency out */
 
 enum pattern { SHIFTS, XOR };
 static const char *const patterns[] = {"shifts", "xor", NULL};
@@ -87,12 +89,29 @@ static const struct workload_probe probe = {
     option_table,
 };
 
-/* Median of n samples (sorts them). */
-static double median(double *samples, long n)
+/*
+ * MPI_Waitany that gives the CPU away while nothing is done: where ranks share cores (an
+ * oversubscribed or emulated cluster), a spinning rank would otherwise hold the core its
+ * peer needs for a whole time slice, and a pair would measure the scheduler, not the path.
+ * On a node of its own, sched_yield returns at once.
+ */
+static void wait_any(int count, MPI_Request *req, int *idx)
+{
+    int flag = 0;
+    for (;;) {
+        MPI_Testany(count, req, idx, &flag, MPI_STATUS_IGNORE);
+        if (flag) return;
+        sched_yield();
+    }
+}
+
+/* Best (minimum) and median of n samples (sorts them). */
+static void best_and_median(double *samples, long n, double out[2])
 {
     struct samples_summary s;
     samples_summarize(samples, n, &s);
-    return s.p50;
+    out[0] = s.min;
+    out[1] = s.p50;
 }
 
 /* Rounds of the pattern for n ranks. */
@@ -118,39 +137,61 @@ static void round_peers(int pattern, int round, int rank, int n, int *dst, int *
     *src = *dst;
 }
 
-/* Bytes/s of `count` messages received from src while `count` go to dst (window at a time). */
+/*
+ * Bytes/s of `count` messages received from src while `count` go to dst, `window` of each in
+ * flight. The two directions complete independently (a slot is reposted as soon as it is
+ * done), so a slow incoming pair does not slow this rank's outgoing pair: without that, a
+ * ring shift runs every pair of the ring at the speed of its slowest link.
+ */
 static double exchange(const struct options *o, int dst, int src, unsigned char *sbuf,
                        unsigned char *rbuf, MPI_Request *req)
 {
-    long sent = 0, got = 0;
+    long posted_recv = 0, posted_send = 0, left = 0;
+    long got = 0;
     double t0, t_recv = 0;
+    int k, w = o->window;
+    for (k = 0; k < 2 * w; k++) req[k] = MPI_REQUEST_NULL;
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = MPI_Wtime();
-    while (sent < o->count || got < o->count) {
-        int nreq = 0, k, nrecv = 0;
-        for (k = 0; k < o->window && got < o->count && src >= 0; k++, got++, nrecv++)
+    for (k = 0; k < w; k++) {
+        if (src >= 0 && posted_recv < o->count) {
             MPI_Irecv(rbuf + (size_t)k * o->size, (int)o->size, MPI_BYTE, src, TAG_DATA,
-                      MPI_COMM_WORLD, &req[nreq++]);
-        if (src < 0) got = o->count;
-        for (k = 0; k < o->window && sent < o->count && dst >= 0; k++, sent++)
-            MPI_Isend(sbuf, (int)o->size, MPI_BYTE, dst, TAG_DATA, MPI_COMM_WORLD,
-                      &req[nreq++]);
-        if (dst < 0) sent = o->count;
-        if (nrecv) {
-            MPI_Waitall(nrecv, req, MPI_STATUSES_IGNORE);
-            t_recv = MPI_Wtime();
+                      MPI_COMM_WORLD, &req[k]);
+            posted_recv++; left++;
         }
-        MPI_Waitall(nreq - nrecv, req + nrecv, MPI_STATUSES_IGNORE);
+        if (dst >= 0 && posted_send < o->count) {
+            MPI_Isend(sbuf, (int)o->size, MPI_BYTE, dst, TAG_DATA, MPI_COMM_WORLD, &req[w + k]);
+            posted_send++; left++;
+        }
+    }
+    while (left > 0) {
+        int idx;
+        wait_any(2 * w, req, &idx);
+        if (idx == MPI_UNDEFINED) break;
+        left--;
+        if (idx < w) {
+            if (++got == o->count) t_recv = MPI_Wtime();
+            if (posted_recv < o->count) {
+                MPI_Irecv(rbuf + (size_t)idx * o->size, (int)o->size, MPI_BYTE, src, TAG_DATA,
+                          MPI_COMM_WORLD, &req[idx]);
+                posted_recv++; left++;
+            }
+        } else if (posted_send < o->count) {
+            MPI_Isend(sbuf, (int)o->size, MPI_BYTE, dst, TAG_DATA, MPI_COMM_WORLD, &req[idx]);
+            posted_send++; left++;
+        }
     }
     return src >= 0 && t_recv > t0 ? (double)o->size * o->count / (t_recv - t0) : NAN;
 }
 
 /*
- * Median one-way latency (us) of ping-pongs to dst, while answering src's pings as they
- * arrive: a rank never waits for its own pong before answering, so each round trip depends
- * on the pair's path only, not on the other pairs of the round.
+ * Best and median one-way latency (us) of ping-pongs to dst, while answering src's pings as
+ * they arrive: a rank never waits for its own pong before answering, so each round trip
+ * depends on the pair's path only, not on the other pairs of the round. The best one is the
+ * path's: waiting for a CPU (other work, or ranks spinning on a shared host) only adds time.
  */
-static double pingpong(const struct options *o, int dst, int src, char *buf, double *samples)
+static void pingpong(const struct options *o, int dst, int src, char *buf, double *samples,
+                     double out[2])
 {
     char *ping = buf, *pong = buf + o->lat_size, *theirs = buf + 2 * o->lat_size;
     int done = dst < 0 ? o->lat_iterations : 0, answered = src < 0 ? o->lat_iterations : 0;
@@ -166,7 +207,7 @@ static double pingpong(const struct options *o, int dst, int src, char *buf, dou
             t0 = MPI_Wtime();
             MPI_Send(ping, (int)o->lat_size, MPI_BYTE, dst, TAG_PING, MPI_COMM_WORLD);
         }
-        MPI_Waitany(2, req, &idx, MPI_STATUS_IGNORE);
+        wait_any(2, req, &idx);
         if (idx == 1) {
             samples[done++] = (MPI_Wtime() - t0) * 1e6 / 2.0;
         } else if (idx == 0) {
@@ -176,7 +217,8 @@ static double pingpong(const struct options *o, int dst, int src, char *buf, dou
                           &req[0]);
         }
     }
-    return dst < 0 ? NAN : median(samples, o->lat_iterations);
+    out[0] = out[1] = NAN;
+    if (dst >= 0) best_and_median(samples, o->lat_iterations, out);
 }
 
 /* --- controls: this host alone, no network path ------------------------------- */
@@ -246,7 +288,7 @@ static int read_exactly(int fd, char *buf, long n)
     return 0;
 }
 
-/* Median one-way latency (us) of small messages bounced between the two loopback sockets. */
+/* Best one-way latency (us) of small messages bounced between the two loopback sockets. */
 static double loopback_latency(int fds[2], char *buf, long size, int iterations,
                                double *samples)
 {
@@ -258,7 +300,11 @@ static double loopback_latency(int fds[2], char *buf, long size, int iterations,
             return NAN;
         samples[it] = (MPI_Wtime() - t0) * 1e6 / 2.0;
     }
-    return median(samples, iterations);
+    {
+        double out[2];
+        best_and_median(samples, iterations, out);
+        return out[0];
+    }
 }
 
 static double memory_bandwidth(long size, int repeats)
@@ -339,10 +385,10 @@ int main(int argc, char **argv)
     req = workload_alloc(2 * (size_t)o.window, sizeof(*req));
     samples = workload_alloc((size_t)o.lat_iterations, sizeof(double));
     memset(sbuf, 0xa5, (size_t)o.size);
-    /* per round: [bw of the pair src -> me, latency of the pair me -> dst] */
-    mine = workload_alloc(2 * (size_t)(rounds ? rounds : 1), sizeof(double));
+    /* per round: [bw of the pair src -> me, best and median latency of the pair me -> dst] */
+    mine = workload_alloc(NVAL * (size_t)(rounds ? rounds : 1), sizeof(double));
     if (rank == 0) {
-        all = workload_alloc(2 * (size_t)n * (rounds ? rounds : 1), sizeof(double));
+        all = workload_alloc(NVAL * (size_t)n * (rounds ? rounds : 1), sizeof(double));
         allctl = workload_alloc(3 * (size_t)n, sizeof(double));
     }
 
@@ -359,22 +405,23 @@ int main(int argc, char **argv)
             double bw = exchange(&o, dst, src, sbuf, rbuf, req);
             if (!isnan(bw) && (isnan(best) || bw > best)) best = bw;
         }
-        mine[2 * r] = best / 1e6;
-        mine[2 * r + 1] = pingpong(&o, dst, src, lbuf, samples);
+        mine[NVAL * r] = best / 1e6;
+        pingpong(&o, dst, src, lbuf, samples, &mine[NVAL * r + 1]);
     }
-    MPI_Gather(mine, 2 * rounds, MPI_DOUBLE, all, 2 * rounds, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Gather(mine, NVAL * rounds, MPI_DOUBLE, all, NVAL * rounds, MPI_DOUBLE, 0,
+               MPI_COMM_WORLD);
 
     if (rank == 0) {
         int i;
         printf("# fabreg_sweep v1 pattern=%s ranks=%d rounds=%d size=%ld count=%ld window=%d "
                "repeats=%d lat_size=%ld lat_iterations=%d\n", patterns[o.pattern], n, rounds,
                o.size, o.count, o.window, o.repeats, o.lat_size, o.lat_iterations);
-        printf("# round pattern node_a node_b rank_a rank_b bw_mbs lat_us\n");
+        printf("# round pattern node_a node_b rank_a rank_b bw_mbs lat_us lat_p50_us\n");
         for (i = 0; i < n && !o.no_controls; i++) {
             const char *h = names + (size_t)i * MPI_MAX_PROCESSOR_NAME;
-            printf("0 loopback %s %s %d %d %.3f %.3f\n", h, h, i, i, allctl[3 * i],
+            printf("0 loopback %s %s %d %d %.3f %.3f nan\n", h, h, i, i, allctl[3 * i],
                    allctl[3 * i + 1]);
-            printf("0 memory %s %s %d %d %.3f nan\n", h, h, i, i, allctl[3 * i + 2]);
+            printf("0 memory %s %s %d %d %.3f nan nan\n", h, h, i, i, allctl[3 * i + 2]);
         }
         for (r = 0; r < rounds; r++)
             for (i = 0; i < n; i++) {
@@ -385,12 +432,13 @@ int main(int argc, char **argv)
                 /* bandwidth of i -> dst was measured at dst (as its incoming pair) */
                 round_peers(o.pattern, step, dst, n, &ddst, &dsrc);
                 (void)ddst;
-                printf("%d %s %s %s %d %d %.3f %.3f\n", r + 1,
+                printf("%d %s %s %s %d %d %.3f %.3f %.3f\n", r + 1,
                        o.pattern == SHIFTS ? "shift" : "xor",
                        names + (size_t)i * MPI_MAX_PROCESSOR_NAME,
                        names + (size_t)dst * MPI_MAX_PROCESSOR_NAME, i, dst,
-                       all[(size_t)dst * 2 * rounds + 2 * r],
-                       all[(size_t)i * 2 * rounds + 2 * r + 1]);
+                       all[(size_t)dst * NVAL * rounds + NVAL * r],
+                       all[(size_t)i * NVAL * rounds + NVAL * r + 1],
+                       all[(size_t)i * NVAL * rounds + NVAL * r + 2]);
                 pairs++;
             }
         printf("# end fabreg_sweep status=ok pairs=%d seconds=%.3f\n", pairs,

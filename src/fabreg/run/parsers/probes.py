@@ -275,7 +275,8 @@ class SweepRow:
     rank_a: int
     rank_b: int
     bandwidth_mbs: float
-    latency_us: float
+    latency_us: float  # the best round trip's half: the path's own latency
+    latency_p50_us: float  # the median one's, shown as evidence (nan for controls)
 
     @property
     def is_control(self) -> bool:
@@ -308,7 +309,8 @@ def parse_sweep(text: str) -> SweepResult:
     block = parse_block(text, "sweep")
     rows = [SweepRow(round=int(r["round"]), pattern=str(r["pattern"]), node_a=str(r["node_a"]),
                      node_b=str(r["node_b"]), rank_a=int(r["rank_a"]), rank_b=int(r["rank_b"]),
-                     bandwidth_mbs=float(r["bw_mbs"]), latency_us=float(r["lat_us"]))
+                     bandwidth_mbs=float(r["bw_mbs"]), latency_us=float(r["lat_us"]),
+                     latency_p50_us=float(r.get("lat_p50_us", "nan")))
             for r in block.rows]
     result = SweepResult(pattern=str(block.params["pattern"]), ranks=int(block.params["ranks"]),
                          rounds=int(block.params["rounds"]), size=int(block.params["size"]),
