@@ -75,8 +75,12 @@ class Suspect:
 
     def text(self) -> str:
         what = " <-> ".join(self.nodes)
-        return (f"{self.kind} {what}: {self.metric} {self.deficit_pct:.0f}% below the run's "
-                f"healthy pairs, slow in {len(self.pairs)} of {self.measured} pairs")
+        if HIGHER_IS_BETTER.get(self.metric, True):
+            how = f"{self.deficit_pct:.0f}% below"
+        else:  # a deficit of d% is 1/(1-d) times the time
+            how = f"{1 / max(1e-9, 1 - self.deficit_pct / 100):.1f}x that of"
+        return (f"{self.kind} {what}: {self.metric} {how} the run's healthy pairs, slow in "
+                f"{len(self.pairs)} of {self.measured} pairs")
 
 
 @dataclass
@@ -92,7 +96,7 @@ class Localisation:
     measured: int = 0
 
     def deficit(self, value: float) -> float:
-        """Percent below the level (for latency: percent of extra time, as a deficit)."""
+        """Percent of the healthy rate lost: for latency 1 - level/value (2x the time: 50 %)."""
         return _deficit(value, self.level, HIGHER_IS_BETTER.get(self.metric, True))
 
 

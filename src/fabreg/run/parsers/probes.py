@@ -319,8 +319,4 @@ def parse_sweep(text: str) -> SweepResult:
     if len(result.pairs) != expected:
         raise ProbeOutputError(f"fabreg_sweep announced {expected} pairs but reported "
                                f"{len(result.pairs)}")
-    ranks = {r.rank_a for r in result.pairs} | {r.rank_b for r in result.pairs}
-    if len(result.nodes) < len(ranks):
-        raise ProbeOutputError(f"fabreg_sweep ran {len(ranks)} ranks on {len(result.nodes)} "
-                               "host names: it needs one rank per node")
     return result
