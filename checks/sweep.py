@@ -85,7 +85,7 @@ class Sweep(ProbeCheck):
     @run_after("setup")
     def set_options(self) -> None:
         if self.pattern == "auto":
-            self.pattern = "shifts" if self.num_nodes <= ALL_PAIRS_UP_TO else "xor"
+            self.pattern = "shifts" if self.sweep_nodes() <= ALL_PAIRS_UP_TO else "xor"
         self.skip_if(self.pattern not in ("shifts", "xor"),
                      f"pattern must be shifts, xor or auto, not {self.pattern!r}")
         self.executable_opts = ["-p", self.pattern, "-s", str(self.message_size),

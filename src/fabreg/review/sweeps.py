@@ -58,7 +58,8 @@ def _is_link_series(series: SeriesData) -> bool:
 
 
 def latest_sweeps(all_series: list[SeriesData], system: str | None = None) -> list[Sweep]:
-    """The newest run of every sweep in the store (optionally of one system)."""
+    """The newest run of every sweep in the store (optionally of one system): one per test,
+    system, partition, environment and transport."""
     groups: dict[tuple, list[SeriesData]] = defaultdict(list)
     for s in all_series:
         if not _is_link_series(s) or (system and s.key.system != system):
@@ -83,5 +84,9 @@ def latest_sweeps(all_series: list[SeriesData], system: str | None = None) -> li
         for values in sweep.pairs.values():
             values.sort(key=lambda p: (p.node_a, p.node_b))
         sweeps.append(sweep)
-    sweeps.sort(key=lambda w: w.time)
-    return sweeps
+    # A sweep pinned to other nodes (FABREG_NODELIST) is another series of the same sweep:
+    # only the newest run per place, environment and transport speaks for the fabric now.
+    newest: dict[tuple, Sweep] = {}
+    for w in sorted(sweeps, key=lambda w: w.time):
+        newest[(w.test, w.system, w.partition, w.environ, dict(w.params).get("transport"))] = w
+    return sorted(newest.values(), key=lambda w: w.time)
