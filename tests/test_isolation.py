@@ -97,3 +97,22 @@ def test_controls_and_gaps_are_not_pairs():
                                                                      float("nan"))]
     loc = localise(values)
     assert loc.measured == 12 and loc.suspects == []
+
+
+def test_a_round_trip_slow_one_way_only_is_not_a_link():
+    """a -> b -> a and b -> a -> b cross the same path: one slow measurement is a rank that
+    waited for its CPU, two are the link."""
+    values = sweep(4, metric="latency", noise=0.02)
+    one_way = [PairValue(p.node_a, p.node_b, p.value * (50 if (p.node_a, p.node_b) ==
+                                                        ("node1", "node2") else 1))
+               for p in values]
+    assert named(one_way, "latency") == []
+    both = [PairValue(p.node_a, p.node_b, p.value * (50 if {p.node_a, p.node_b} ==
+                                                     {"node1", "node2"} else 1))
+            for p in values]
+    assert named(both, "latency") == [("link", ("node1", "node2"))]
+    # bandwidth is one way: one slow direction is a finding
+    bw = [PairValue(p.node_a, p.node_b, p.value / (3 if (p.node_a, p.node_b) ==
+                                                   ("node1", "node2") else 1))
+          for p in sweep(4, noise=0.02)]
+    assert named(bw) == [("link", ("node1", "node2"))]

@@ -16,8 +16,9 @@ far below the best ones, not from all pairs (at 4 nodes one bad node is in half 
    spreads below it (a noisy run needs a bigger deficit before a pair is called slow).
 4. *Node suspect*: slow in most (more than half, at least two) of its pairs, taken greedily,
    worst first; pairs with a named node are explained and judged no further.
-5. *Link suspect*: a slow pair whose two nodes are otherwise healthy. With two nodes only, a
-   slow pair cannot tell a node from the path: it is named as a link.
+5. *Link suspect*: a slow pair whose two nodes are otherwise healthy; for a round-trip metric
+   (latency) both directions of the link must be slow, as they measure the same path. With two
+   nodes only, a slow pair cannot tell a node from the path: it is named as a link.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ SPREAD_FACTOR = 4.0
 MAD_SCALE = 1.4826
 #: Which way is better, per metric the sweep measures.
 HIGHER_IS_BETTER = {"bandwidth": True, "latency": False}
+#: Metrics measured as a round trip: a -> b and b -> a both cross the link both ways, so they
+#: are two measurements of one path, and a link is slow only when both say so (one alone is a
+#: rank that waited for its CPU). Bandwidth is one way: one slow direction is a finding.
+ROUND_TRIP = frozenset({"latency"})
 
 
 @dataclass(frozen=True)
@@ -176,8 +181,10 @@ def _suspects(pairs: list[PairValue], slow_ids: set[int], loc: Localisation) -> 
     for p in pairs:
         if id(p) in slow and not explained & {p.node_a, p.node_b}:
             links[tuple(sorted((p.node_a, p.node_b)))] = None
-    named += [_link(link, pairs, slow, loc) for link in links]
-    return named
+    found = [_link(link, pairs, slow, loc) for link in links]
+    if loc.metric in ROUND_TRIP:  # both measurements of the path must agree
+        found = [s for s in found if len(s.pairs) == s.measured]
+    return named + found
 
 
 def _link(link: tuple[str, ...], pairs: list[PairValue], slow: dict[int, SlowPair],
