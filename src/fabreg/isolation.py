@@ -140,18 +140,19 @@ def localise(values: Iterable[PairValue], metric: str = "bandwidth",
     level = math.exp(centre if higher else -centre)
     out = Localisation(metric, level, spread, (1.0 - math.exp(-cut)) * 100.0,
                        measured=len(pairs))
-    slow_ids = set()
+    slow: dict[int, SlowPair] = {}
     for p in pairs:
         if centre - good[id(p)] >= cut:
-            slow_ids.add(id(p))
-            out.slow.append(SlowPair(p.node_a, p.node_b, p.value, out.deficit(p.value)))
-    out.suspects = _suspects(pairs, slow_ids, out)
+            slow[id(p)] = SlowPair(p.node_a, p.node_b, p.value, out.deficit(p.value))
+    out.slow = list(slow.values())
+    out.suspects = _suspects(pairs, slow, out)
     return out
 
 
-def _suspects(pairs: list[PairValue], slow_ids: set[int], loc: Localisation) -> list[Suspect]:
+def _suspects(pairs: list[PairValue], slow: dict[int, SlowPair],
+              loc: Localisation) -> list[Suspect]:
+    """Node suspects (greedy, worst first), then link suspects among the unexplained pairs."""
     nodes = sorted({p.node_a for p in pairs} | {p.node_b for p in pairs})
-    slow = {id(p): sp for p, sp in zip([p for p in pairs if id(p) in slow_ids], loc.slow)}
     if not slow:
         return []
     if len(nodes) == 2:  # one path: a node cannot be told from the link
