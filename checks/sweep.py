@@ -1,8 +1,9 @@
 """Sweep: every node of a partition (or of a node list or reservation) in rounds of concurrent
 pairs, to name a bad node or a bad link (docs/isolation.md).
 
-One job, one rank per node, runs ``fabreg_sweep``: ring shifts (every ordered pair, up to 32
-nodes) or recursive halving (log2 n rounds, more nodes). Each pair's bandwidth and latency is
+One job, one rank per node, runs ``fabreg_sweep``: up to 32 nodes every pair in n-1 rounds of
+disjoint pairs (round robin; ``-S pattern=shifts`` for ring shifts), above that recursive
+halving (log2 n rounds). Each pair's bandwidth and latency is
 judged against the other pairs of the same run (``fabreg.isolation``): no reference is needed.
 A node slow in most of its pairs, or a slow pair of two otherwise healthy nodes, fails the
 check naming it; each pair is logged as its own per-link series (``pair_table``), which
@@ -25,7 +26,7 @@ from fabreg.testlib.base import max_nodes, partitions, reframe_errors
 from fabreg.testlib.workloads import ProbeCheck
 
 MB = 1 << 20
-#: Up to this many nodes the sweep measures every ordered pair (n - 1 ring shifts).
+#: Up to this many nodes the sweep measures every pair (n - 1 rounds).
 ALL_PAIRS_UP_TO = 32
 
 
@@ -40,8 +41,9 @@ class Sweep(ProbeCheck):
     transport = parameter(["ucx_rc", "tcp"])
     time_limit = "10m"
 
-    #: Rounds: ``shifts`` (every ordered pair), ``xor`` (log2 n rounds) or ``auto``
-    #: (shifts up to ALL_PAIRS_UP_TO nodes).
+    #: Rounds: ``pairs`` (round robin: every pair both ways), ``shifts`` (ring shifts: every
+    #: ordered pair), ``xor`` (recursive halving, log2 n rounds) or ``auto`` (pairs up to
+    #: ALL_PAIRS_UP_TO nodes, else xor).
     pattern = variable(str, value="auto", loggable=True)
     #: At most this many rounds of the pattern (0: all).
     max_rounds = variable(int, value=0, loggable=True)
@@ -85,9 +87,9 @@ class Sweep(ProbeCheck):
     @run_after("setup")
     def set_options(self) -> None:
         if self.pattern == "auto":
-            self.pattern = "shifts" if self.sweep_nodes() <= ALL_PAIRS_UP_TO else "xor"
-        self.skip_if(self.pattern not in ("shifts", "xor"),
-                     f"pattern must be shifts, xor or auto, not {self.pattern!r}")
+            self.pattern = "pairs" if self.sweep_nodes() <= ALL_PAIRS_UP_TO else "xor"
+        self.skip_if(self.pattern not in ("pairs", "shifts", "xor"),
+                     f"pattern must be pairs, shifts, xor or auto, not {self.pattern!r}")
         self.executable_opts = ["-p", self.pattern, "-s", str(self.message_size),
                                 "-n", str(self.count), "-w", str(self.window),
                                 "-r", str(self.repeats), "-i", str(self.iterations),

@@ -298,3 +298,16 @@ def test_a_cut_sweep_block_is_not_read():
         parse_sweep(text)
     with pytest.raises(ProbeOutputError, match="announced 2 pairs but reported 1"):
         parse_sweep(text + "# end fabreg_sweep status=ok pairs=2 seconds=0.1\n")
+
+
+@pytest.mark.parametrize("ranks", [4, 5])
+def test_sweep_pairs_meet_every_rank_once_both_ways(build, ranks):
+    result = parse_sweep(build("fabreg_sweep").run(ranks, "-p", "pairs", "-n", "1", "-r", "1",
+                                                   "-i", "5", "--no-controls").stdout)
+    assert result.rounds == (ranks - 1 if ranks % 2 == 0 else ranks)
+    ordered = sorted((p.rank_a, p.rank_b) for p in result.pairs)
+    assert ordered == sorted((a, b) for a in range(ranks) for b in range(ranks) if a != b)
+    for r in {p.round for p in result.pairs}:
+        this = [(p.rank_a, p.rank_b) for p in result.pairs if p.round == r]
+        assert {(b, a) for a, b in this} == set(this)  # both ways, disjoint pairs
+        assert len({a for a, _ in this}) == len(this)

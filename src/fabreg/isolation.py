@@ -14,11 +14,13 @@ far below the best ones, not from all pairs (at 4 nodes one bad node is in half 
    pairs, in log space (a deficit is a ratio).
 3. *Slow pair*: at least ``min_deficit`` below the level, and more than ``spread_factor``
    spreads below it (a noisy run needs a bigger deficit before a pair is called slow).
-4. *Node suspect*: slow in most (more than half, at least two) of its pairs, taken greedily,
-   worst first; pairs with a named node are explained and judged no further.
-5. *Link suspect*: a slow pair whose two nodes are otherwise healthy; for a round-trip metric
-   (latency) both directions of the link must be slow, as they measure the same path. With two
-   nodes only, a slow pair cannot tell a node from the path: it is named as a link.
+4. *Node suspect*: its pairs judged together: more than half of them at least ``min_deficit``
+   below the level and beyond ``spread_factor`` spreads of k pairs (spread / sqrt(k)); taken
+   greedily, worst first; pairs with a named node are explained and judged no further.
+5. *Link suspect*: a slow pair whose two nodes are otherwise healthy, or the link's two
+   directions judged together like a node's pairs; for a round-trip metric (latency) both
+   directions must be slow, as they measure the same path. With two nodes only, a slow pair
+   cannot tell a node from the path: it is named as a link.
 """
 
 from __future__ import annotations
@@ -145,55 +147,82 @@ def localise(values: Iterable[PairValue], metric: str = "bandwidth",
         if centre - good[id(p)] >= cut:
             slow[id(p)] = SlowPair(p.node_a, p.node_b, p.value, out.deficit(p.value))
     out.slow = list(slow.values())
-    out.suspects = _suspects(pairs, slow, out)
+    judge = _Judge(loc=out, below={id(p): centre - good[id(p)] for p in pairs},
+                   floor=-math.log(1.0 - floor), spread=spread, factor=spread_factor)
+    out.suspects = _suspects(pairs, slow, judge)
     return out
 
 
+@dataclass
+class _Judge:
+    """How far below the level each pair is (log), and when a group of pairs is slow."""
+
+    loc: Localisation
+    below: dict[int, float]
+    floor: float
+    spread: float
+    factor: float
+
+    def majority(self, group: list[PairValue]) -> float:
+        """How far below the level more than half of the group's pairs are, at least."""
+        return sorted((self.below[id(p)] for p in group), reverse=True)[len(group) // 2]
+
+    def group_is_slow(self, group: list[PairValue]) -> bool:
+        """More than half of the pairs at least the floor below the level, and beyond the
+        spread of k pairs judged together (spread / sqrt(k)): a node's or a link's pairs."""
+        if not group:
+            return False
+        effect = self.majority(group)
+        return effect >= max(self.floor, self.factor * self.spread / math.sqrt(len(group)))
+
+    def evidence(self, group: list[PairValue]) -> tuple[SlowPair, ...]:
+        """The group's pairs at least the floor below the level."""
+        return tuple(SlowPair(p.node_a, p.node_b, p.value, self.loc.deficit(p.value))
+                     for p in group if self.below[id(p)] >= self.floor)
+
+
 def _suspects(pairs: list[PairValue], slow: dict[int, SlowPair],
-              loc: Localisation) -> list[Suspect]:
+              judge: _Judge) -> list[Suspect]:
     """Node suspects (greedy, worst first), then link suspects among the unexplained pairs."""
+    loc = judge.loc
     nodes = sorted({p.node_a for p in pairs} | {p.node_b for p in pairs})
-    if not slow:
-        return []
-    if len(nodes) == 2:  # one path: a node cannot be told from the link
-        return [_link(tuple(nodes), pairs, slow, loc)]
     named: list[Suspect] = []
     explained: set[str] = set()
-    while True:
-        best = None
-        for node in nodes:
-            if node in explained:
-                continue
-            mine = [p for p in pairs if node in (p.node_a, p.node_b)
-                    and not explained & {p.node_a, p.node_b}]
-            bad = [p for p in mine if id(p) in slow]
-            if len(bad) >= 2 and len(bad) * 2 > len(mine):
-                score = (len(bad) / len(mine), len(bad))
-                if best is None or score > best[0]:
-                    best = (score, node, mine, bad)
-        if best is None:
-            break
-        _, node, mine, bad = best
-        explained.add(node)
-        named.append(Suspect("node", (node,), loc.metric,
-                             median(slow[id(p)].deficit_pct for p in bad),
-                             tuple(slow[id(p)] for p in bad), len(mine)))
-    links: dict[tuple[str, str], None] = {}
+    if len(nodes) > 2:  # with two nodes, a node cannot be told from the path
+        while True:
+            best = None
+            for node in nodes:
+                if node in explained:
+                    continue
+                mine = [p for p in pairs if node in (p.node_a, p.node_b)
+                        and not explained & {p.node_a, p.node_b}]
+                if len(mine) >= 2 and judge.group_is_slow(mine):
+                    effect = judge.majority(mine)
+                    if best is None or effect > best[0]:
+                        best = (effect, node, mine)
+            if best is None:
+                break
+            effect, node, mine = best
+            explained.add(node)
+            named.append(Suspect("node", (node,), loc.metric,
+                                 (1.0 - math.exp(-effect)) * 100.0, judge.evidence(mine),
+                                 len(mine)))
+    by_link: dict[tuple[str, str], list[PairValue]] = {}
     for p in pairs:
-        if id(p) in slow and not explained & {p.node_a, p.node_b}:
-            links[tuple(sorted((p.node_a, p.node_b)))] = None
-    found = [_link(link, pairs, slow, loc) for link in links]
-    if loc.metric in ROUND_TRIP:  # both measurements of the path must agree
-        found = [s for s in found if len(s.pairs) == s.measured]
-    return named + found
-
-
-def _link(link: tuple[str, ...], pairs: list[PairValue], slow: dict[int, SlowPair],
-          loc: Localisation) -> Suspect:
-    mine = [p for p in pairs if {p.node_a, p.node_b} == set(link)]
-    bad = [slow[id(p)] for p in mine if id(p) in slow]
-    return Suspect("link", link, loc.metric, median(b.deficit_pct for b in bad), tuple(bad),
-                   len(mine))
+        if not explained & {p.node_a, p.node_b}:
+            by_link.setdefault(tuple(sorted((p.node_a, p.node_b))), []).append(p)
+    for link, mine in sorted(by_link.items()):
+        together = judge.group_is_slow(mine)
+        if loc.metric in ROUND_TRIP:
+            # a -> b -> a and b -> a -> b measure one path: both must be slow
+            found = together if len(mine) > 1 else id(mine[0]) in slow
+        else:  # one way: one slow direction is a finding, or the two together
+            found = together or any(id(p) in slow for p in mine)
+        if found:
+            bad = judge.evidence(mine)
+            named.append(Suspect("link", link, loc.metric,
+                                 median(b.deficit_pct for b in bad), bad, len(mine)))
+    return named
 
 
 def localise_all(table: dict[str, Iterable[PairValue]]) -> list[Localisation]:

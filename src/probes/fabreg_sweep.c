@@ -9,6 +9,10 @@
  *           is the bisection (every rank of one half with its twin in the other)
  *   xor     round k = 0..ceil(log2 n)-1: rank i <-> rank i XOR 2^k (recursive
  *           halving: each rank meets log2 n partners in log2 n rounds)
+ *   pairs   n-1 rounds (n odd: n) of disjoint pairs exchanging both ways (round robin,
+ *           circle method): every pair once, and every round loads every rank alike (a
+ *           ring shift's round n/2 pairs ranks both ways, the others send to one rank and
+ *           receive from another: over TCP the two measured differently, 30 % apart)
  *
  * -R limits the rounds (the first R of the pattern). Per directed pair a -> b:
  * bandwidth measured at b (bytes received / time since the round's barrier,
@@ -49,8 +53,10 @@
 #define TAG_PONG 13
 #define NVAL 3  /* per rank and round: bandwidth in, best latency out, median latency out */
 
-enum pattern { SHIFTS, XOR };
-static const char *const patterns[] = {"shifts", "xor", NULL};
+enum pattern { SHIFTS, XOR, PAIRS };
+static const char *const patterns[] = {"shifts", "xor", "pairs", NULL};
+/* the pattern column of a pair's row */
+static const char *const row_kind[] = {"shift", "xor", "pair"};
 
 struct options {
     long size;
@@ -74,7 +80,7 @@ static const struct workload_option option_table[] = {
     {.name = "lat-iterations", .letter = 'i', .type = WORKLOAD_INT,
      .offset = FIELD(lat_iterations)},
     {.name = "pattern", .letter = 'p', .type = WORKLOAD_CHOICE, .offset = FIELD(pattern),
-     .choices = patterns, .invalid = "unknown pattern '%s' (shifts, xor)"},
+     .choices = patterns, .invalid = "unknown pattern '%s' (shifts, xor, pairs)"},
     {.name = "rounds", .letter = 'R', .type = WORKLOAD_INT, .offset = FIELD(max_rounds)},
     {.name = "no-controls", .letter = 'C', .long_only = 1, .type = WORKLOAD_FLAG,
      .offset = FIELD(no_controls)},
@@ -85,7 +91,7 @@ static const struct workload_option option_table[] = {
 static const struct workload_probe probe = {
     "fabreg_sweep",
     "usage: %s [-s size] [-n count] [-w window] [-r repeats] [-l lat-size]\n"
-    "          [-i lat-iterations] [-p shifts|xor] [-R rounds] [--no-controls]\n",
+    "          [-i lat-iterations] [-p shifts|xor|pairs] [-R rounds] [--no-controls]\n",
     option_table,
 };
 
@@ -129,8 +135,26 @@ static int pattern_rounds(int pattern, int n)
     int k = 0;
     if (pattern == SHIFTS)
         return n - 1;
+    if (pattern == PAIRS)
+        return n % 2 ? n : n - 1;
     while ((1 << k) < n) k++;
     return k;
+}
+
+/*
+ * Round-robin partner (circle method): with m = n rounded up to even, rank m-1 stays and the
+ * others turn; in round r, r meets m-1 and r+k meets r-k (mod m-1). -1: idle (odd n).
+ */
+static int tournament_partner(int round, int rank, int n)
+{
+    int m = n % 2 ? n + 1 : n, partner;
+    if (rank == m - 1)
+        partner = round;
+    else if (rank == round)
+        partner = m - 1;
+    else
+        partner = ((2 * round - rank) % (m - 1) + (m - 1)) % (m - 1);
+    return partner >= n ? -1 : partner;
 }
 
 /* Peer this rank sends to (dst) and receives from (src) in round `round`; -1 = idle. */
@@ -139,6 +163,10 @@ static void round_peers(int pattern, int round, int rank, int n, int *dst, int *
     if (pattern == SHIFTS) {
         *dst = (rank + round) % n;
         *src = (rank - round + n) % n;
+        return;
+    }
+    if (pattern == PAIRS) {
+        *dst = *src = tournament_partner(round, rank, n);
         return;
     }
     *dst = rank ^ (1 << round);
@@ -483,7 +511,7 @@ int main(int argc, char **argv)
                 round_peers(o.pattern, step, dst, n, &ddst, &dsrc);
                 (void)ddst;
                 printf("%d %s %s %s %d %d %.3f %.3f %.3f\n", r + 1,
-                       o.pattern == SHIFTS ? "shift" : "xor",
+                       row_kind[o.pattern],
                        names + (size_t)i * MPI_MAX_PROCESSOR_NAME,
                        names + (size_t)dst * MPI_MAX_PROCESSOR_NAME, i, dst,
                        all[(size_t)dst * NVAL * rounds + NVAL * r],
