@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Does the sweep name exactly the bad node and exactly the bad link, and never a healthy one?
 
-Brings up ``minicluster`` with 4 nodes (root), measures the healthy pair bandwidth B with one
-sweep, then repeats N times: a healthy sweep (no suspect expected), one node capped at B/3
-(``degrade node3``: exactly ``node node3`` expected) and one node pair capped at B/3
-(``degrade node1 --peer node3``: exactly ``link node1<->node3`` expected). Every sweep is a
+Brings up ``minicluster`` with 4 nodes (root), then repeats N times: a healthy sweep (no
+suspect expected; its healthy pair bandwidth B sets this repetition's caps: the shared host's
+load moves B by 2x within minutes), one node capped at B/3 (``degrade node3``: exactly
+``node node3`` expected) and one node pair capped at B/3 (``degrade node1 --peer node3``:
+exactly ``link node1<->node3`` expected). Every sweep is a
 real ReFrame session through Slurm (``--tag sweep``), judged by ``fabreg isolate`` on its own
 perflogs. Prints named-correctly counts, what was named instead, and the sweep wall times.
 Usage (from the repository root, as root, under the cluster lock):
@@ -115,9 +116,13 @@ def main() -> int:
                     if case != "healthy":
                         cluster(env, state, "restore")
                 results[case].append(out)
+                if case == "healthy" and out.level == out.level and not out.problem:
+                    # a third of the bandwidth the pairs have now: the host's load moves it
+                    rate_mbit = max(1, int(out.level * 8 * args.fraction))
+                cap = "" if case == "healthy" else f", cap {rate_mbit} mbit"
                 print(f"  repetition {rep + 1}/{args.repetitions} {case}: named "
-                      f"{out.named or 'nothing'} in {out.seconds:.0f} s {out.problem[:300]}",
-                      flush=True)
+                      f"{out.named or 'nothing'} in {out.seconds:.0f} s (pairs at "
+                      f"{out.level:.0f} MB/s{cap}) {out.problem[:300]}", flush=True)
     finally:
         cluster(env, state, "down")
     print(f"\n{'case':8} {'named exactly right':>20} {'errors':>7}  "
