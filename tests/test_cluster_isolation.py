@@ -88,9 +88,9 @@ def test_sweep_names_nobody_then_the_bad_node_then_the_bad_link(cluster4, tmp_pa
         assert cluster4.fabreg("restore").returncode == 0
     assert (rc, _named(node_fault)) == (1, {("node", ("node3",))}), node_fault
     (suspect,) = node_fault["suspects"]
-    assert suspect["metric"] == "bandwidth" and suspect["deficit_pct"] > 50
-    assert {p["node_a"] for p in suspect["pairs"]} | {p["node_b"] for p in suspect["pairs"]} \
-        == {"node1", "node2", "node3", "node4"}
+    assert suspect["metric"] == "bandwidth" and suspect["deficit_pct"] >= 30
+    assert suspect["measured"] == 6 and len(suspect["pairs"]) > 3
+    assert all("node3" in (p["node_a"], p["node_b"]) for p in suspect["pairs"])
     # the check failed naming it, or said that other work took the CPUs while it measured
     log = (tmp_path / "node" / "perflogs" / "minicluster" / "compute" / "Sweep.log").read_text()
     assert "node node3: bandwidth" in log
