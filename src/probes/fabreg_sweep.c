@@ -16,7 +16,7 @@
  *
  * -R limits the rounds (the first R of the pattern). Per directed pair a -> b:
  * bandwidth measured at b (bytes received / time since the round's barrier,
- * best of the repeats) and latency measured at a (median of ping-pong round
+ * best of the repeats, which pass over all rounds in turn) and latency measured at a (median of ping-pong round
  * trips a -> b -> a, halved: the best one is judged, the median shown). Before the rounds every rank measures controls of
  * its own host that no network path carries: TCP over loopback (bandwidth and
  * latency) and memory copy bandwidth, so a node slow in every pair can be told
@@ -429,7 +429,7 @@ int main(int argc, char **argv)
                         .lat_iterations = 200, .pattern = SHIFTS, .max_rounds = 0,
                         .no_controls = 0};
     struct workload_run run;
-    int rank, n, rounds, r, namelen, pairs = 0;
+    int rank, n, rounds, r, k, namelen, pairs = 0;
     char name[MPI_MAX_PROCESSOR_NAME], *names = NULL;
     unsigned char *sbuf, *rbuf;
     char *lbuf;
@@ -472,15 +472,24 @@ int main(int argc, char **argv)
     if (!o.no_controls) controls(&o, ctl, samples);
     MPI_Gather(ctl, 3, MPI_DOUBLE, allctl, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
 
-    for (r = 0; r < rounds; r++) {
-        int dst, src, k;
-        double best = NAN;
-        round_peers(o.pattern, o.pattern == SHIFTS ? r + 1 : r, rank, n, &dst, &src);
-        for (k = 0; k < o.repeats; k++) {
-            double bw = exchange(&o, dst, src, sbuf, rbuf, req);
-            if (!isnan(bw) && (isnan(best) || bw > best)) best = bw;
+    /*
+     * Repeats are the outer loop: every round is measured once per pass, so a burst of other
+     * work on the host (minutes-long on a shared machine) slows one pass of every round, not
+     * every repeat of one round, and the best of the repeats leaves it out.
+     */
+    for (r = 0; r < rounds; r++) mine[NVAL * r] = NAN;
+    for (k = 0; k < o.repeats; k++)
+        for (r = 0; r < rounds; r++) {
+            int dst, src;
+            double bw;
+            round_peers(o.pattern, o.pattern == SHIFTS ? r + 1 : r, rank, n, &dst, &src);
+            bw = exchange(&o, dst, src, sbuf, rbuf, req) / 1e6;
+            if (!isnan(bw) && (isnan(mine[NVAL * r]) || bw > mine[NVAL * r]))
+                mine[NVAL * r] = bw;
         }
-        mine[NVAL * r] = best / 1e6;
+    for (r = 0; r < rounds; r++) {
+        int dst, src;
+        round_peers(o.pattern, o.pattern == SHIFTS ? r + 1 : r, rank, n, &dst, &src);
         if (dst >= 0 && dst == src)
             pingpong_pair(&o, dst, rank, lbuf, samples, &mine[NVAL * r + 1]);
         else
