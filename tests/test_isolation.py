@@ -15,16 +15,18 @@ from fabreg.isolation import PairValue, localise, localise_all, suspects_of
 
 
 def sweep(n: int, bad_node: str | None = None, bad_link: tuple[str, str] | None = None,
-          noise: float = 0.10, seed: int = 0, slow: float = 1 / 3,
-          metric: str = "bandwidth") -> list[PairValue]:
-    """Every ordered pair once (ring shifts), healthy 1000 MB/s (or 10 us) with noise."""
+          noise: float = 0.05, seed: int = 0, slow: float = 1 / 3,
+          metric: str = "bandwidth", round_dip: float = 0.3) -> list[PairValue]:
+    """Every ordered pair once (ring shifts), healthy 1000 MB/s (or 10 us), per-pair noise and
+    whole rounds slowed by up to ``round_dip`` (the host's other work while they ran)."""
     rng = random.Random(seed)
     nodes = [f"node{i + 1}" for i in range(n)]
     out = []
     for shift in range(1, n):
+        dip = 1 - rng.uniform(0, round_dip)
         for i, a in enumerate(nodes):
             b = nodes[(i + shift) % n]
-            factor = rng.lognormvariate(0, noise)
+            factor = rng.lognormvariate(0, noise) * dip
             if bad_node in (a, b) or (bad_link and {a, b} == set(bad_link)):
                 factor *= slow
             value = 1000 * factor if metric == "bandwidth" else 10 / factor
@@ -56,7 +58,7 @@ def test_a_healthy_fabric_names_nobody(n):
 
 
 def test_latency_is_judged_the_other_way():
-    values = sweep(4, bad_node="node4", metric="latency", slow=0.4)
+    values = sweep(4, bad_node="node4", metric="latency", slow=0.4, round_dip=0)
     loc = localise(values, "latency")
     assert [(s.kind, s.nodes) for s in loc.suspects] == [("node", ("node4",))]
     assert 9 < loc.level < 11
@@ -74,9 +76,18 @@ def test_a_small_deficit_is_not_a_suspect():
     assert named(sweep(8, bad_node="node5", noise=0.01, slow=0.8)) == []
 
 
+def test_a_round_slowed_as_a_whole_is_nobody():
+    """Other work during one round slows all its pairs: judged within the round, nobody."""
+    values = [PairValue(p.node_a, p.node_b, p.value * (0.5 if p.round == 2 else 1), p.round)
+              for p in sweep(4, noise=0.02, round_dip=0)]
+    assert named(values) == []
+    flat = [PairValue(p.node_a, p.node_b, p.value) for p in values]  # rounds unknown
+    assert named(flat) != []
+
+
 def test_a_noisy_run_needs_a_bigger_deficit():
-    quiet = localise(sweep(8, noise=0.02))
-    noisy = localise(sweep(8, noise=0.25))
+    quiet = localise(sweep(8, noise=0.02, round_dip=0))
+    noisy = localise(sweep(8, noise=0.25, round_dip=0))
     assert quiet.threshold_pct == pytest.approx(30.0)
     assert noisy.threshold_pct > quiet.threshold_pct
 
@@ -102,7 +113,7 @@ def test_controls_and_gaps_are_not_pairs():
 def test_a_round_trip_slow_one_way_only_is_not_a_link():
     """a -> b -> a and b -> a -> b cross the same path: one slow measurement is a rank that
     waited for its CPU, two are the link."""
-    values = sweep(4, metric="latency", noise=0.02)
+    values = sweep(4, metric="latency", noise=0.02, round_dip=0)
     one_way = [PairValue(p.node_a, p.node_b, p.value * (50 if (p.node_a, p.node_b) ==
                                                         ("node1", "node2") else 1))
                for p in values]
@@ -114,5 +125,5 @@ def test_a_round_trip_slow_one_way_only_is_not_a_link():
     # bandwidth is one way: one slow direction is a finding
     bw = [PairValue(p.node_a, p.node_b, p.value / (3 if (p.node_a, p.node_b) ==
                                                    ("node1", "node2") else 1))
-          for p in sweep(4, noise=0.02)]
+          for p in sweep(4, noise=0.02, round_dip=0)]
     assert named(bw) == [("link", ("node1", "node2"))]

@@ -32,7 +32,7 @@ def _store(tmp_path: Path, case: str) -> Path:
 
 def _sweeps(db: Path):
     with Store(db, create=False) as store:
-        return latest_sweeps(store.load())
+        return latest_sweeps(store.load(), attributes=store.run_attributes)
 
 
 def test_every_pair_and_control_is_its_own_series():

@@ -9,6 +9,9 @@ host did to all pairs at once (a busy CPU, a slow day) cancels. Interference onl
 bandwidth and raises latency, so the healthy level is taken from the pairs that are not already
 far below the best ones, not from all pairs (at 4 nodes one bad node is in half of them):
 
+0. *Rounds*: each pair is first put against the pairs of its own round (measured at the same
+   time): a round's best pairs are its reference, so what the host did during one round moves
+   none of them (rounds of two links or more).
 1. *Healthy pairs*: those within ``min_deficit`` of the run's upper quartile.
 2. *Level and spread*: the median and the MAD (scaled to a standard deviation) of the healthy
    pairs, in log space (a deficit is a ratio).
@@ -101,17 +104,9 @@ class Localisation:
     slow: list[SlowPair] = field(default_factory=list)
     suspects: list[Suspect] = field(default_factory=list)
     measured: int = 0
+    #: (sender, receiver) -> percent below the healthy level, judged within its round
+    pair_deficit: dict[tuple[str, str], float] = field(default_factory=dict)
 
-    def deficit(self, value: float) -> float:
-        """Percent of the healthy rate lost: for latency 1 - level/value (2x the time: 50 %)."""
-        return _deficit(value, self.level, HIGHER_IS_BETTER.get(self.metric, True))
-
-
-def _deficit(value: float, level: float, higher: bool) -> float:
-    if value <= 0 or level <= 0:
-        return 100.0
-    ratio = value / level if higher else level / value
-    return max(0.0, (1.0 - ratio) * 100.0)
 
 
 def _quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -133,6 +128,7 @@ def localise(values: Iterable[PairValue], metric: str = "bandwidth",
         return Localisation(metric, math.nan, math.nan, math.nan)
     # log "goodness": higher is better whatever the metric
     good = {id(p): (math.log(p.value) if higher else -math.log(p.value)) for p in pairs}
+    _per_round(pairs, good)
     ordered = sorted(good.values())
     top = _quantile(ordered, 0.75)
     healthy = [g for g in ordered if g >= top + math.log(1.0 - floor)]
@@ -142,15 +138,51 @@ def localise(values: Iterable[PairValue], metric: str = "bandwidth",
     level = math.exp(centre if higher else -centre)
     out = Localisation(metric, level, spread, (1.0 - math.exp(-cut)) * 100.0,
                        measured=len(pairs))
+    below = {id(p): centre - good[id(p)] for p in pairs}
+    out.pair_deficit = {(p.node_a, p.node_b): _pct(below[id(p)]) for p in pairs}
     slow: dict[int, SlowPair] = {}
     for p in pairs:
-        if centre - good[id(p)] >= cut:
-            slow[id(p)] = SlowPair(p.node_a, p.node_b, p.value, out.deficit(p.value))
+        if below[id(p)] >= cut:
+            slow[id(p)] = SlowPair(p.node_a, p.node_b, p.value, _pct(below[id(p)]))
     out.slow = list(slow.values())
-    judge = _Judge(loc=out, below={id(p): centre - good[id(p)] for p in pairs},
-                   floor=-math.log(1.0 - floor), spread=spread, factor=spread_factor)
+    judge = _Judge(loc=out, below=below, floor=-math.log(1.0 - floor), spread=spread,
+                   factor=spread_factor)
     out.suspects = _suspects(pairs, slow, judge)
     return out
+
+
+def _pct(below: float) -> float:
+    """log distance below the level -> percent of the rate lost."""
+    return max(0.0, (1.0 - math.exp(-below)) * 100.0)
+
+
+#: A round judged against its own best pairs needs this many links (with fewer, the best pair
+#: of the round may be the slow link itself).
+ROUND_MIN_LINKS = 2
+
+
+def _per_round(pairs: list[PairValue], good: dict[int, float]) -> None:
+    """Judge each pair against the pairs measured at the same time: what the host did during
+    one round (other work, the CPU a slow pair left to the others) moves all its pairs, and
+    interference only lowers, so a round's reference is its best pairs (the maximum, the upper
+    quartile from 8 pairs); every round is brought to the typical round's reference, in place
+    (seen on minicluster: whole rounds 35 % apart on a healthy cluster, also the other pair of
+    a round whose slow link left it the CPU)."""
+    rounds: dict[int, list[PairValue]] = {}
+    for p in pairs:
+        rounds.setdefault(p.round, []).append(p)
+    usable = {r: ps for r, ps in rounds.items() if r > 0 and len(
+        {tuple(sorted((p.node_a, p.node_b))) for p in ps}) >= ROUND_MIN_LINKS}
+    if len(usable) < 2:
+        return
+    ref = {}
+    for r, ps in usable.items():
+        values = sorted(good[id(p)] for p in ps)
+        ref[r] = values[-1] if len(values) < 8 else _quantile(values, 0.75)
+    typical = median(ref.values())
+    for r, ps in usable.items():
+        for p in ps:
+            good[id(p)] += typical - ref[r]
 
 
 @dataclass
@@ -177,7 +209,7 @@ class _Judge:
 
     def evidence(self, group: list[PairValue]) -> tuple[SlowPair, ...]:
         """The group's pairs at least the floor below the level."""
-        return tuple(SlowPair(p.node_a, p.node_b, p.value, self.loc.deficit(p.value))
+        return tuple(SlowPair(p.node_a, p.node_b, p.value, _pct(self.below[id(p)]))
                      for p in group if self.below[id(p)] >= self.floor)
 
 

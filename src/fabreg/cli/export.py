@@ -41,9 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def produce(db: str | None) -> str:
     with Store(db_path(db), create=False) as store:
         all_series = store.load()
+        sweeps = latest_sweeps(all_series, attributes=store.run_attributes)
     verdicts = trends.analyse(all_series)
-    return export.render(all_series, verdicts) + isolation_metrics.render(
-        latest_sweeps(all_series))
+    return export.render(all_series, verdicts) + isolation_metrics.render(sweeps)
 
 
 def run_export(args: argparse.Namespace) -> int:

@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     with Store(db_path(args.db), create=False) as store:
         all_series = store.load()
         known = store.sessions()
+        sweeps = latest_sweeps(all_series, attributes=store.run_attributes)
     verdicts = trends.analyse(all_series, alpha=args.alpha, min_shift_pct=args.min_shift,
                               progress=Progress("trends", len(all_series),
                                                 enabled=not args.quiet))
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
                             curve_min_diff_pct=args.curve_threshold, jobs=args.jobs)
     moved = sum(1 for v in verdicts if v.changes)
     print(f"wrote {md} and {page}: {len(verdicts)} series, {moved} with changes")
-    sweeps_page = isolation_plot.write(latest_sweeps(all_series), Path(args.out))
+    sweeps_page = isolation_plot.write(sweeps, Path(args.out))
     if sweeps_page:
         print(f"wrote {sweeps_page}: the newest sweeps' pair matrices and suspects")
     return 0

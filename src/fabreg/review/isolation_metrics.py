@@ -44,7 +44,7 @@ def render(sweeps: list[Sweep]) -> str:
             for p in pairs:
                 labels = (*where, loc.metric, p.node_a, p.node_b)
                 link_value.labels(*labels).set(p.value)
-                link_deficit.labels(*labels).set(loc.deficit(p.value))
+                link_deficit.labels(*labels).set(loc.pair_deficit.get((p.node_a, p.node_b), 0.0))
                 link_suspect.labels(*labels).set(
                     float(tuple(sorted((p.node_a, p.node_b))) in named_links))
             for node in sweep.nodes:

@@ -33,7 +33,8 @@ def matrix(sweep: Sweep, loc: isolation.Localisation) -> tuple[list[str], np.nda
     index = {n: i for i, n in enumerate(nodes)}
     grid = np.full((len(nodes), len(nodes)), np.nan)
     for p in sweep.pairs.get(loc.metric, []):
-        grid[index[p.node_a], index[p.node_b]] = 1.0 - loc.deficit(p.value) / 100.0
+        grid[index[p.node_a], index[p.node_b]] = (
+            1.0 - loc.pair_deficit.get((p.node_a, p.node_b), 0.0) / 100.0)
     return nodes, grid
 
 

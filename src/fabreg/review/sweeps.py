@@ -9,13 +9,18 @@ the heat map and the Prometheus gauges judge exactly the pairs of one run with
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fabreg import isolation
 from fabreg.isolation import HIGHER_IS_BETTER
 from fabreg.review.store import SeriesData
-from fabreg.schema import LINK_PARAMETERS, PAIR_METRIC_UNITS
+from fabreg.schema import LINK_PARAMETERS, PAIR_METRIC_UNITS, PAIR_TABLE
+
+#: (system, job id, time) -> the run's attributes (``Store.run_attributes``)
+Attributes = Callable[[str, str, float], dict[str, str]]
 
 #: Perf variable of a pair between two nodes -> the metric ``fabreg.isolation`` judges (the
 #: median latency is evidence, not judged: on a shared host it measures waiting for a CPU).
@@ -57,9 +62,22 @@ def _is_link_series(series: SeriesData) -> bool:
     return all(p in params for p in LINK_PARAMETERS) and len(series) > 0
 
 
-def latest_sweeps(all_series: list[SeriesData], system: str | None = None) -> list[Sweep]:
+def _rounds(attrs: dict[str, str]) -> dict[tuple[str, str], int]:
+    """(sender, receiver) -> round, from the run's pair table (empty when it has none)."""
+    try:
+        table = json.loads(attrs.get(PAIR_TABLE) or "{}")
+        fields = list(table["fields"])
+        rows = [dict(zip(fields, row)) for row in table["rows"]]
+    except (ValueError, TypeError, KeyError):
+        return {}
+    return {(str(r["node_a"]), str(r["node_b"])): int(r.get("round") or 0) for r in rows}
+
+
+def latest_sweeps(all_series: list[SeriesData], system: str | None = None,
+                  attributes: Attributes | None = None) -> list[Sweep]:
     """The newest run of every sweep in the store (optionally of one system): one per test,
-    system, partition, environment and transport."""
+    system, partition, environment and transport. ``attributes`` (``Store.run_attributes``)
+    gives each pair its round, from the run's pair table."""
     groups: dict[tuple, list[SeriesData]] = defaultdict(list)
     for s in all_series:
         if not _is_link_series(s) or (system and s.key.system != system):
@@ -71,6 +89,8 @@ def latest_sweeps(all_series: list[SeriesData], system: str | None = None) -> li
         newest = max(float(s.time[-1]) for s in members)
         jobid = next(s.jobid[-1] for s in members if float(s.time[-1]) == newest and s.jobid)
         sweep = Sweep(test, params, sys_name, part, env, newest, jobid)
+        # which round measured each pair: pairs are judged against their round (isolation)
+        rounds = _rounds(attributes(sys_name, jobid, newest)) if attributes else {}
         for s in members:
             if float(s.time[-1]) != newest:
                 continue  # this link was not measured by the newest run
@@ -78,7 +98,7 @@ def latest_sweeps(all_series: list[SeriesData], system: str | None = None) -> li
             value = float(s.value[-1])
             if s.key.perfvar in LINK_PERFVARS and a != b:
                 sweep.pairs.setdefault(LINK_PERFVARS[s.key.perfvar], []).append(
-                    isolation.PairValue(a, b, value))
+                    isolation.PairValue(a, b, value, rounds.get((a, b), 0)))
             elif a == b:
                 sweep.controls.setdefault(a, {})[s.key.perfvar] = value
         for values in sweep.pairs.values():
