@@ -66,7 +66,10 @@ def sweep(work: Path, env: dict[str, str]) -> SweepOutcome:
     if iso.returncode not in (0, 1):
         return SweepOutcome([], seconds, problem=f"isolate: {iso.stderr.strip()} / "
                                                  f"{rfm.stdout[-2000:]}")
-    report = json.loads(iso.stdout)
+    try:
+        report = json.loads(iso.stdout)
+    except ValueError:
+        return SweepOutcome([], seconds, problem=f"isolate printed no JSON: {iso.stderr[-500:]}")
     named = sorted({(s["kind"], tuple(s["nodes"])) for s in report["suspects"]})
     level = report["sweeps"][0]["metrics"]["bandwidth"]["level"]
     return SweepOutcome(named, seconds, level, detail=report)
