@@ -56,7 +56,20 @@ def _sweep(cl: Cluster, work: Path) -> tuple[subprocess.CompletedProcess[str], d
     assert ingest.returncode == 0, ingest.stdout + ingest.stderr + proc.stdout[-4000:]
     iso = _fabreg("isolate", "--format", "json", "--db", str(db))
     assert iso.returncode in (0, 1), iso.stderr + proc.stdout[-4000:]
-    return proc, json.loads(iso.stdout), iso.returncode
+    return proc, {**json.loads(iso.stdout), "db": str(db)}, iso.returncode
+
+
+def _conclusive(cl: Cluster, work: Path, tries: int = 3):
+    """The first sweep that other work did not disturb (its suspects are confirmed, as the
+    check says); a host that is never quiet enough leaves the case untested, said as a skip."""
+    notes = []
+    for k in range(tries):
+        proc, report, rc = _sweep(cl, work / f"try{k}")
+        note = report["sweeps"][0]["inconclusive"]
+        if not note:
+            return proc, report, rc
+        notes.append(note)
+    pytest.skip(f"every sweep was disturbed by other work on this host: {'; '.join(notes)}")
 
 
 def _named(report: dict) -> set[tuple[str, tuple[str, ...]]]:
@@ -65,7 +78,7 @@ def _named(report: dict) -> set[tuple[str, tuple[str, ...]]]:
 
 def test_sweep_names_nobody_then_the_bad_node_then_the_bad_link(cluster4, tmp_path):
     start = time.monotonic()
-    proc, healthy, rc = _sweep(cluster4, tmp_path / "healthy")
+    proc, healthy, rc = _conclusive(cluster4, tmp_path / "healthy")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     (sweep,) = healthy["sweeps"]
@@ -83,7 +96,7 @@ def test_sweep_names_nobody_then_the_bad_node_then_the_bad_link(cluster4, tmp_pa
     deg = cluster4.fabreg("degrade", "node3", "--rate", rate)
     assert deg.returncode == 0, deg.stderr
     try:
-        proc, node_fault, rc = _sweep(cluster4, tmp_path / "node")
+        proc, node_fault, rc = _conclusive(cluster4, tmp_path / "node")
     finally:
         assert cluster4.fabreg("restore").returncode == 0
     assert (rc, _named(node_fault)) == (1, {("node", ("node3",))}), node_fault
@@ -92,20 +105,19 @@ def test_sweep_names_nobody_then_the_bad_node_then_the_bad_link(cluster4, tmp_pa
     assert suspect["measured"] == 6 and len(suspect["pairs"]) > 3
     assert all("node3" in (p["node_a"], p["node_b"]) for p in suspect["pairs"])
     # the check failed naming it, or said that other work took the CPUs while it measured
-    log = (tmp_path / "node" / "perflogs" / "minicluster" / "compute" / "Sweep.log").read_text()
+    node_db = Path(node_fault["db"])
+    log = (node_db.parent / "perflogs" / "minicluster" / "compute" / "Sweep.log").read_text()
     assert "node node3: bandwidth" in log
     # Prometheus gauges and the report's heat map of the same run
-    prom = tmp_path / "node" / "sweep.prom"
-    exported = _fabreg("export", "prometheus", "--out", str(prom), "--db",
-                       str(tmp_path / "node" / "fabreg.db"))
+    prom = tmp_path / "sweep.prom"
+    exported = _fabreg("export", "prometheus", "--out", str(prom), "--db", str(node_db))
     assert exported.returncode == 0, exported.stderr
     text = prom.read_text()
     assert ('fabreg_node_suspect{environ="openmpi",metric="bandwidth",node="node3",'
             'partition="compute",system="minicluster"} 1.0') in text
     assert ('fabreg_link_suspect{environ="openmpi",metric="bandwidth",node_a="node1",'
             'node_b="node3",partition="compute",system="minicluster"} 0.0') in text
-    report = _fabreg("report", "--out", str(tmp_path / "report"), "-q", "--db",
-                     str(tmp_path / "node" / "fabreg.db"))
+    report = _fabreg("report", "--out", str(tmp_path / "report"), "-q", "--db", str(node_db))
     assert report.returncode == 0, report.stderr
     page = (tmp_path / "report" / "isolation.html").read_text()
     assert "node node3: bandwidth" in page and "data:image/png;base64," in page
@@ -113,7 +125,7 @@ def test_sweep_names_nobody_then_the_bad_node_then_the_bad_link(cluster4, tmp_pa
     deg = cluster4.fabreg("degrade", "node1", "--peer", "node3", "--rate", rate)
     assert deg.returncode == 0, deg.stderr
     try:
-        proc, link_fault, rc = _sweep(cluster4, tmp_path / "link")
+        proc, link_fault, rc = _conclusive(cluster4, tmp_path / "link")
     finally:
         assert cluster4.fabreg("restore").returncode == 0
     assert (rc, _named(link_fault)) == (1, {("link", ("node1", "node3"))}), link_fault

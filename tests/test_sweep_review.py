@@ -83,6 +83,17 @@ def test_isolate_prints_json_and_exits_1_on_a_suspect(tmp_path):
     assert "controls of node3 (no network path): loopback_bandwidth" in text.stdout
 
 
+def test_suspects_of_a_disturbed_sweep_are_inconclusive(tmp_path):
+    """Measured while other work took the CPUs: the check said inconclusive, so does isolate."""
+    proc = fabreg("isolate", "--format", "json", db=_store(tmp_path, "node-inconclusive"))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["suspects"] and all(s["inconclusive"].startswith("inconclusive (other work took")
+                                   for s in doc["suspects"])
+    text = fabreg("isolate", db=tmp_path / "node-inconclusive.db")
+    assert "its suspects are not confirmed" in text.stdout and "0 suspect(s)" in text.stdout
+
+
 def test_isolate_without_a_sweep_says_so(tmp_path):
     db = tmp_path / "empty.db"
     Store(db).close()

@@ -47,6 +47,8 @@ class SweepOutcome:
     level: float = float("nan")
     problem: str = ""
     detail: dict = field(default_factory=dict)
+    #: the check's note when other work took the CPUs while it measured ('' otherwise)
+    inconclusive: str = ""
 
 
 def sweep(work: Path, env: dict[str, str]) -> SweepOutcome:
@@ -72,7 +74,8 @@ def sweep(work: Path, env: dict[str, str]) -> SweepOutcome:
         return SweepOutcome([], seconds, problem=f"isolate printed no JSON: {iso.stderr[-500:]}")
     named = sorted({(s["kind"], tuple(s["nodes"])) for s in report["suspects"]})
     level = report["sweeps"][0]["metrics"]["bandwidth"]["level"]
-    return SweepOutcome(named, seconds, level, detail=report)
+    return SweepOutcome(named, seconds, level, detail=report,
+                        inconclusive=report["sweeps"][0]["inconclusive"])
 
 
 def cluster(env: dict[str, str], state: Path, *args: str) -> None:
@@ -125,19 +128,23 @@ def main() -> int:
                 cap = "" if case == "healthy" else f", cap {rate_mbit} mbit"
                 print(f"  repetition {rep + 1}/{args.repetitions} {case}: named "
                       f"{out.named or 'nothing'} in {out.seconds:.0f} s (pairs at "
-                      f"{out.level:.0f} MB/s{cap}) {out.problem[:300]}", flush=True)
+                      f"{out.level:.0f} MB/s{cap}) {out.inconclusive} {out.problem[:300]}",
+                      flush=True)
     finally:
         cluster(env, state, "down")
-    print(f"\n{'case':8} {'named exactly right':>20} {'errors':>7}  "
-          f"{'sweep wall s (median, max)':>28}"
-          "  named instead")
+    print(f"\n{'case':8} {'named exactly right':>20} {'of which inconclusive':>22} "
+          f"{'errors':>7}  {'sweep wall s (median, max)':>27}  named instead")
     for case, outs in results.items():
-        right = sum(o.named == expected[case] and not o.problem for o in outs)
+        good = [o for o in outs if o.named == expected[case] and not o.problem]
         errors = sum(bool(o.problem) for o in outs)
         secs = [o.seconds for o in outs]
-        wrong = [o.named for o in outs if o.named != expected[case] and not o.problem]
-        print(f"{case:8} {right:>12} of {len(outs):<5} {errors:>7}  "
+        wrong = [(o.named, "inconclusive" if o.inconclusive else "confirmed") for o in outs
+                 if o.named != expected[case] and not o.problem]
+        print(f"{case:8} {len(good):>12} of {len(outs):<5} "
+              f"{sum(bool(o.inconclusive) for o in good):>22} {errors:>7}  "
               f"{statistics.median(secs):>14.0f} {max(secs):>10.0f}     {wrong or '-'}")
+    print("(inconclusive: other work took more than 10 % of the host's CPU while the sweep "
+          "measured; the check then reports its suspects as inconclusive and does not fail)")
     print(f"(work directory {tmp})")
     return 0
 

@@ -1,6 +1,7 @@
 """``fabreg isolate``: the bad node or the bad link, from the newest sweep in the store.
 
-Exit status: 1 when a suspect is named, 0 when none, 2 on an error (no sweep in the store).
+Exit status: 1 when a suspect is named, 0 when none (or only suspects of a sweep that other
+work disturbed: ``inconclusive``, as the check said), 2 on an error (no sweep in the store).
 """
 
 from __future__ import annotations
@@ -44,12 +45,14 @@ def _sweep_json(sweep: Sweep) -> dict[str, object]:
     return {"test": sweep.test, "parameters": dict(sweep.params), "system": sweep.system,
             "partition": sweep.partition, "environ": sweep.environ, "jobid": sweep.jobid,
             "time": _when(sweep.time), "nodes": sweep.nodes, "metrics": metrics,
-            "controls": sweep.controls}
+            "controls": sweep.controls, "inconclusive": sweep.inconclusive}
 
 
 def _text(sweep: Sweep) -> list[str]:
     lines = [f"{sweep.label}: job {sweep.jobid} at {_when(sweep.time)}, "
              f"{len(sweep.nodes)} nodes"]
+    if sweep.inconclusive:
+        lines.append(f"  {sweep.inconclusive}: its suspects are not confirmed")
     for loc in sweep.localise():
         if math.isnan(loc.level):
             continue
@@ -57,7 +60,7 @@ def _text(sweep: Sweep) -> list[str]:
                      f"spread {loc.spread:.0%}, slow from {loc.threshold_pct:.0f}% below: "
                      f"{len(loc.slow)} slow")
         for s in loc.suspects:
-            lines.append(f"  SUSPECT {s.text()}")
+            lines.append(f"  {'suspect' if sweep.inconclusive else 'SUSPECT'} {s.text()}")
             for p in s.pairs:
                 lines.append(f"    {p.node_a} -> {p.node_b}: {p.value:.4g} "
                              f"({p.deficit_pct:.0f}% below)")
@@ -77,14 +80,17 @@ def run(args: argparse.Namespace) -> int:
         raise FabregError("no sweep in the store: run the sweep (reframe ... --tag sweep), "
                           "then fabreg ingest perflogs")
     suspects = [(sweep, s) for sweep in sweeps for loc in sweep.localise() for s in loc.suspects]
+    confirmed = [x for x in suspects if not x[0].inconclusive]
     if args.format == "json":
         print(json.dumps({"suspects": [{**s.as_json_object(), "system": sweep.system,
                                         "partition": sweep.partition,
-                                        "environ": sweep.environ, "jobid": sweep.jobid}
+                                        "environ": sweep.environ, "jobid": sweep.jobid,
+                                        "inconclusive": sweep.inconclusive}
                                        for sweep, s in suspects],
                           "sweeps": [_sweep_json(w) for w in sweeps]}, indent=2))
     else:
         for sweep in sweeps:
             print("\n".join(_text(sweep)))
-        print(f"{len(suspects)} suspect(s)" if suspects else "no suspect")
-    return 1 if suspects else 0
+        print(f"{len(confirmed)} suspect(s), {len(suspects) - len(confirmed)} inconclusive"
+              if suspects else "no suspect")
+    return 1 if confirmed else 0

@@ -42,6 +42,9 @@ class Sweep:
     pairs: dict[str, list[isolation.PairValue]] = field(default_factory=dict)
     #: per host: control perf variable (``loopback_bandwidth``...) -> value
     controls: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: why the check did not trust its suspects (other work took the CPUs while it measured:
+    #: its ``suspects_named`` says ``inconclusive (...)``), '' when it did
+    inconclusive: str = ""
 
     @property
     def nodes(self) -> list[str]:
@@ -90,7 +93,11 @@ def latest_sweeps(all_series: list[SeriesData], system: str | None = None,
         jobid = next(s.jobid[-1] for s in members if float(s.time[-1]) == newest and s.jobid)
         sweep = Sweep(test, params, sys_name, part, env, newest, jobid)
         # which round measured each pair: pairs are judged against their round (isolation)
-        rounds = _rounds(attributes(sys_name, jobid, newest)) if attributes else {}
+        attrs = attributes(sys_name, jobid, newest) if attributes else {}
+        rounds = _rounds(attrs)
+        named = attrs.get("suspects_named", "")
+        if named.startswith("inconclusive"):
+            sweep.inconclusive = named.split(":", 1)[0]
         for s in members:
             if float(s.time[-1]) != newest:
                 continue  # this link was not measured by the newest run
