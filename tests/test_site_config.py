@@ -13,6 +13,7 @@ from conftest import REFRAME, REPO
 from fabreg.cluster import reframe_system
 from fabreg.cluster.layout import Layout, Paths
 from fabreg.cluster.state import ClusterState, save
+from fabreg.run import siteconfig
 from fabreg.run.siteconfig import access_options, slurm_partition
 from fabreg.testlib.jobs import scheduler_ending, slurm_cancel_line
 
@@ -176,3 +177,24 @@ def test_scheduler_endings_name_state_and_reason(tmp_path):
     assert scheduler_ending("COMPLETED", 1, 20, err) is None
     assert scheduler_ending("FAILED", 1, 20, err) is None  # the benchmark's own failure
     assert scheduler_ending(None, None, None, None) is None
+
+
+@pytest.mark.parametrize("expression, count", [
+    ("node2", 1), ("node[1-3,7],gpu2", 5), ("node[01-16]", 16), ("a[1-2]b[1-3]", 6),
+])
+def test_a_host_list_is_counted_as_slurm_expands_it(expression, count):
+    assert siteconfig.hostlist_count(expression) == count
+
+
+@pytest.mark.parametrize("expression", ["node[1-", "node[3-1]", "node[a-b]"])
+def test_a_bad_host_list_is_an_error(expression):
+    with pytest.raises(ValueError):
+        siteconfig.hostlist_count(expression)
+
+
+def test_the_sweep_covers_the_pinned_nodes():
+    assert siteconfig.pinned_node_count({}) is None
+    assert siteconfig.pinned_node_count({"FABREG_NODELIST": "node[2-4]"}) == 3
+    # the node list wins over a reservation (no Slurm call then)
+    assert siteconfig.pinned_node_count({"FABREG_NODELIST": "n1,n2",
+                                         "FABREG_RESERVATION": "nosuch"}) == 2

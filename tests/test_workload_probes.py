@@ -1,4 +1,4 @@
-"""fabreg's workload probes (streams, tail latency, matmul): real MPI runs.
+"""fabreg's workload probes (streams, tail latency, matmul, sweep): real MPI runs.
 
 Each probe is compiled once per MPI into a temporary directory and started with
 2-4 ranks on this host; the parsers in fabreg.run.parsers.probes read the output.
@@ -20,6 +20,7 @@ from fabreg.run.parsers.probes import (
     parse_block,
     parse_matmul,
     parse_streams,
+    parse_sweep,
     parse_tail_latency,
 )
 
@@ -248,3 +249,65 @@ def test_matmul_wrong_answer_is_detected(build, mode):
 def test_matmul_uneven_rows(build):
     result = parse_matmul(build("fabreg_matmul").run(3, "-n", "101").stdout)
     assert result.verified and result.n == 101 and result.ranks == 3
+
+
+# --- sweep ------------------------------------------------------------------------------
+
+def test_sweep_shifts_measure_every_ordered_pair_once(build):
+    result = parse_sweep(build("fabreg_sweep").run(4, "-n", "2", "-r", "2", "-i", "20",
+                                                   "-s", "65536").stdout)
+    assert (result.pattern, result.ranks, result.rounds) == ("shifts", 4, 3)
+    ordered = sorted((p.rank_a, p.rank_b) for p in result.pairs)
+    assert ordered == sorted((a, b) for a in range(4) for b in range(4) if a != b)
+    assert {p.round for p in result.pairs} == {1, 2, 3}
+    for p in result.pairs:
+        assert p.rank_b == (p.rank_a + p.round) % 4
+        assert p.bandwidth_mbs > 0 and 0 < p.latency_us <= p.latency_p50_us
+    controls = {(c.rank_a, c.pattern) for c in result.controls}
+    assert controls == {(r, k) for r in range(4) for k in ("loopback", "memory")}
+    assert all(c.bandwidth_mbs > 0 for c in result.controls)
+
+
+def test_sweep_xor_rounds_pair_ranks_both_ways_and_leave_the_odd_one_idle(build):
+    result = parse_sweep(build("fabreg_sweep").run(3, "-p", "xor", "-n", "2", "-r", "1",
+                                                   "-i", "10", "--no-controls").stdout)
+    assert result.rounds == 2 and result.controls == []
+    assert sorted((p.round, p.rank_a, p.rank_b) for p in result.pairs) == [
+        (1, 0, 1), (1, 1, 0), (2, 0, 2), (2, 2, 0)]
+
+
+def test_sweep_rounds_can_be_limited(build):
+    result = parse_sweep(build("fabreg_sweep").run(4, "-R", "1", "-n", "1", "-r", "1", "-i",
+                                                   "5", "--no-controls").stdout)
+    assert result.rounds == 1 and len(result.pairs) == 4
+
+
+def test_sweep_refuses_one_rank_and_bad_options(build):
+    one = build("fabreg_sweep").run(1, check=False)
+    assert one.returncode == 2
+    assert "fabreg_sweep: needs at least 2 ranks (one per node), got 1" in one.stdout + one.stderr
+    bad = build("fabreg_sweep").run(2, "-p", "ring", check=False)
+    assert bad.returncode == 2 and "unknown pattern 'ring'" in bad.stdout + bad.stderr
+
+
+def test_a_cut_sweep_block_is_not_read():
+    text = ("# fabreg_sweep v1 pattern=shifts ranks=2 rounds=1 size=8\n"
+            "# round pattern node_a node_b rank_a rank_b bw_mbs lat_us lat_p50_us\n"
+            "1 shift a b 0 1 10.0 5.0 6.0\n")
+    with pytest.raises(ProbeOutputError, match="cut short"):
+        parse_sweep(text)
+    with pytest.raises(ProbeOutputError, match="announced 2 pairs but reported 1"):
+        parse_sweep(text + "# end fabreg_sweep status=ok pairs=2 seconds=0.1\n")
+
+
+@pytest.mark.parametrize("ranks", [4, 5])
+def test_sweep_pairs_meet_every_rank_once_both_ways(build, ranks):
+    result = parse_sweep(build("fabreg_sweep").run(ranks, "-p", "pairs", "-n", "1", "-r", "1",
+                                                   "-i", "5", "--no-controls").stdout)
+    assert result.rounds == (ranks - 1 if ranks % 2 == 0 else ranks)
+    ordered = sorted((p.rank_a, p.rank_b) for p in result.pairs)
+    assert ordered == sorted((a, b) for a in range(ranks) for b in range(ranks) if a != b)
+    for r in {p.round for p in result.pairs}:
+        this = [(p.rank_a, p.rank_b) for p in result.pairs if p.round == r]
+        assert {(b, a) for a, b in this} == set(this)  # both ways, disjoint pairs
+        assert len({a for a, _ in this}) == len(this)

@@ -33,7 +33,30 @@ NOT_PARAMETERS: frozenset[str] = frozenset({
     # the calibration chose (a calibrated setting, not a series parameter), and why the
     # environment could not be judged (a busy host, a target out of reach).
     "tail_target", "tail_reached", "tail_background", "tail_verdict",
+    # The sweep (docs/isolation.md): its per-pair figures (read into per-link series, see
+    # PAIR_TABLE) and the suspects it named.
+    "pair_table", "suspects_named",
 })
+
+#: The sweep check's per-pair figures, logged as one run-only column: JSON
+#: ``{"fields": PAIR_TABLE_FIELDS, "rows": [[...], ...]}``. The perflog reader turns each row
+#: into one value per metric of a per-link series: the series' parameters gain ``node_a``
+#: (sender) and ``node_b`` (receiver), so every link keeps its own history.
+PAIR_TABLE = "pair_table"
+PAIR_TABLE_FIELDS: tuple[str, ...] = ("round", "pattern", "node_a", "node_b", "bandwidth",
+                                      "latency", "latency_p50")
+#: The series parameters that name a link (a control of one host has node_a == node_b).
+LINK_PARAMETERS: tuple[str, ...] = ("node_a", "node_b")
+#: Pair-table metric -> unit; a row's perf variable is ``<kind>_<metric>``, kind ``link`` for a
+#: pair of nodes, ``loopback`` or ``memory`` for a host's controls.
+PAIR_METRIC_UNITS: dict[str, str] = {"bandwidth": "MB/s", "latency": "us", "latency_p50": "us"}
+PAIR_CONTROL_KINDS: tuple[str, ...] = ("loopback", "memory")
+
+
+def pair_perfvar(pattern: str, metric: str) -> str:
+    """The per-link series' perf variable of a pair-table row: ``link_bandwidth``..."""
+    kind = pattern if pattern in PAIR_CONTROL_KINDS else "link"
+    return f"{kind}_{metric}"
 
 #: What a judged value can be, worst news first where it matters to a reader:
 #: ``fail`` (confirmed), ``flaky`` (a failure that did not reproduce), ``inconclusive`` (the host
@@ -52,6 +75,8 @@ SERIES_PARAMETERS: frozenset[str] = frozenset({
     "ranks", "layout", "fanin", "window", "count", "pairs", "blocks", "repeats",
     "measured_ranks", "background_pairs", "background_size", "background_window",
     "background_duty",
+    # the sweep: which rounds it ran; per-link series add the link's two nodes
+    "pattern", "max_rounds", "node_a", "node_b",
     # ReFrame's own, logged by every check
     "num_tasks", "num_tasks_per_node",
 })
@@ -71,6 +96,11 @@ METRIC_DIRECTIONS: dict[str, str] = {
     # matmul
     "total": LOWER, "distribute": LOWER, "compute": LOWER, "gather": LOWER,
     "comm_fraction": LOWER, "gflops": HIGHER,
+    # sweep: the run (median over pairs, suspects named) and its per-link series
+    "pair_bandwidth": HIGHER, "pair_latency": LOWER, "suspects": LOWER,
+    "link_bandwidth": HIGHER, "link_latency": LOWER, "link_latency_p50": LOWER,
+    "loopback_bandwidth": HIGHER, "loopback_latency_p50": LOWER,
+    "loopback_latency": LOWER, "memory_bandwidth": HIGHER,
 }
 
 _LOWER_UNITS = {"us", "usec", "ms", "s", "ns", "%comm"}

@@ -32,6 +32,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fabreg.cli.stress",
     # the emulated Slurm cluster (issue 4)
     "fabreg.cli.cluster",
+    # where a fault is (issue 14): the sweep's suspects
+    "fabreg.cli.isolate",
 )
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
-from fabreg.review import export, trends
+from fabreg.review import export, isolation_metrics, trends
 from fabreg.review.store import SeriesData, Store
+from fabreg.review.sweeps import latest_sweeps
 from fabreg.run import stress
 
 DEFAULT_PORT = 9105
@@ -39,17 +40,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.set_defaults(func=run_serve)
 
 
-def load(db: str | None) -> tuple[list[SeriesData], list[trends.SeriesVerdict]]:
+def load(db: str | None) -> tuple[list[SeriesData], list[trends.SeriesVerdict], str]:
+    """The series, their verdicts, and the newest sweeps' gauges (exposition text)."""
     with Store(db_path(db), create=False) as store:
         all_series = store.load()
-    return all_series, trends.analyse(all_series)
+        sweeps = latest_sweeps(all_series, attributes=store.run_attributes)
+    return all_series, trends.analyse(all_series), isolation_metrics.render(sweeps)
 
 
 def write_prometheus(db: str | None, out: Path) -> int:
     """Write the textfile from the store; the number of series exported."""
-    data = load(db)  # a missing or broken store is an error here, not a `store_up 0` file
-    export.write_textfile(export.StoreCollector(lambda: data, strict=True), out)
-    return sum(1 for s in data[0] if len(s))
+    series, verdicts, sweeps = load(db)  # a missing or broken store is an error here
+    collector = export.StoreCollector(lambda: (series, verdicts),
+                                      extra=lambda: sweeps.splitlines(), strict=True)
+    export.write_textfile(collector, out)
+    return sum(1 for s in series if len(s))
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -78,14 +83,16 @@ def run_serve(args: argparse.Namespace) -> int:
     cache: dict[str, object] = {"state": _store_state(args.db), "data": load(args.db)}
     stress_dir = Path(args.stress_dir) if args.stress_dir else stress.default_state_dir()
 
-    def cached() -> tuple[list[SeriesData], list[trends.SeriesVerdict]]:
+    def cached() -> tuple[list[SeriesData], list[trends.SeriesVerdict], str]:
         state = _store_state(args.db)
         if state != cache["state"]:
             cache["data"], cache["state"] = load(args.db), state
         return cache["data"]  # type: ignore[return-value]
 
     # Stress latencies change every window: read on every scrape, never cached.
-    collector = export.StoreCollector(cached, extra=lambda: stress.exposition(stress_dir))
+    collector = export.StoreCollector(
+        lambda: cached()[:2],
+        extra=lambda: [*cached()[2].splitlines(), *stress.exposition(stress_dir)])
     server, thread = export.serve(collector, args.host, args.port)
     host, port = server.server_address[:2]
     print(f"serving http://{host}:{port}/metrics (Ctrl-C stops)", file=sys.stderr, flush=True)

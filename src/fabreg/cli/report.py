@@ -10,6 +10,7 @@ from fabreg.errors import FabregError
 from fabreg.review import check_verdicts, compare, trends
 from fabreg.review.progress import Progress
 from fabreg.review.store import Store
+from fabreg.review.sweeps import latest_sweeps
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,7 +51,8 @@ def output_dir(given: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fabreg.review import report  # matplotlib: import only when a report is wanted
+    # matplotlib: import only when a report is wanted
+    from fabreg.review import isolation_plot, report
 
     out = output_dir(args.out)
     if args.jobs is not None and args.jobs < 1:
@@ -59,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         all_series = store.load()
         known = store.sessions()
         said = check_verdicts.newest(store)
+        sweeps = latest_sweeps(all_series, attributes=store.run_attributes)
     verdicts = trends.analyse(all_series, alpha=args.alpha, min_shift_pct=args.min_shift,
                               progress=Progress("trends", len(all_series),
                                                 enabled=not args.quiet))
@@ -76,4 +79,7 @@ def run(args: argparse.Namespace) -> int:
         raise FabregError(f"cannot write the report under {out}: {err.strerror or err}") from None
     moved = sum(1 for v in verdicts if v.changes)
     print(f"wrote {md} and {page}: {len(verdicts)} series, {moved} with changes")
+    sweeps_page = isolation_plot.write(sweeps, Path(args.out))
+    if sweeps_page:
+        print(f"wrote {sweeps_page}: the newest sweeps' pair matrices and suspects")
     return 0

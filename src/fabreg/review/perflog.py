@@ -22,7 +22,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from fabreg.schema import NOT_PARAMETERS, SERIES_PARAMETERS
+from fabreg.schema import (
+    NOT_PARAMETERS,
+    PAIR_METRIC_UNITS,
+    PAIR_TABLE,
+    SERIES_PARAMETERS,
+    pair_perfvar,
+)
 
 #: Columns every fabreg perflog line starts with (reframe-config.py's format).
 FIXED_COLUMNS: tuple[str, ...] = (
@@ -464,6 +470,43 @@ def _line_samples(header: _Header, fields: list[str], source: str) -> list[Sampl
         except ValueError as err:
             raise ValueError(f"{var}: reference or threshold is not a number ({err})") from None
         out.append(Sample(run, var, value, fields[iu].strip(), *limits, result.strip()))
+    return out + link_samples(run)
+
+
+def link_samples(run: Run) -> list[Sample]:
+    """The per-link values of a sweep run (``fabreg.schema.PAIR_TABLE``), one series per link.
+
+    Each row becomes a run of the same job whose parameters add ``node_a``/``node_b``, so the
+    store keeps one series per link and metric. A malformed table is an error of the line.
+    """
+    text = run.attrs.get(PAIR_TABLE)
+    if not text:
+        return []
+    try:
+        table = json.loads(text)
+        fields = list(table["fields"])
+        rows = [dict(zip(fields, row)) for row in table["rows"]]
+    except (ValueError, TypeError, KeyError) as err:
+        raise ValueError(f"{PAIR_TABLE} is not a pair table ({err})") from None
+    out: list[Sample] = []
+    links: dict[tuple[str, str], Run] = {}
+    for row in rows:
+        a, b = str(row.get("node_a", "")), str(row.get("node_b", ""))
+        if not a or not b:
+            raise ValueError(f"{PAIR_TABLE} row without node_a/node_b: {row}")
+        link = links.get((a, b))
+        if link is None:
+            params = {**run.params, "node_a": a, "node_b": b}
+            link = links[(a, b)] = Run(run.time, run.test, params, run.system, run.partition,
+                                       run.environ, run.jobid, run.nodelist, run.display_name,
+                                       run.session, run.source,
+                                       attrs={k: v for k, v in run.attrs.items()
+                                              if k != PAIR_TABLE})
+        for metric, unit in PAIR_METRIC_UNITS.items():
+            value = row.get(metric)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                out.append(Sample(link, pair_perfvar(str(row.get("pattern", "")), metric),
+                                  float(value), unit))
     return out
 
 
@@ -599,4 +642,4 @@ def _case_samples(case: dict, session: str, source: str) -> list[Sample]:
                           None if ref is None else float(ref),
                           None if lower is None else float(lower),
                           None if upper is None else float(upper), result or ""))
-    return out
+    return out + link_samples(run)

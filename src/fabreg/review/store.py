@@ -476,6 +476,17 @@ class Store:
                                 parsed[attrs]))
         return out
 
+    def run_attributes(self, system: str, jobid: str, time: float) -> dict[str, str]:
+        """The attributes of one run (``runs.attrs``), found by system, job id and time."""
+        rows = self._query(
+            "SELECT DISTINCT r.attrs FROM runs r JOIN samples v ON v.run_id = r.id "
+            "JOIN series s ON s.id = v.series_id WHERE s.system = ? AND r.jobid = ? "
+            "AND r.time = ?", (system, jobid, time))
+        out: dict[str, str] = {}
+        for (attrs,) in rows:
+            out.update(json.loads(attrs or "{}"))
+        return out
+
     def load(self) -> list[SeriesData]:
         """Every series with its values, sessions resolved (results DB, else derived)."""
         keys = {}

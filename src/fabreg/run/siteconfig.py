@@ -17,6 +17,8 @@ ReFrame's own ``-J OPTION`` (added to every job) works as well. See docs/site.md
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -104,3 +106,63 @@ def slurm_partition(
         "max_jobs": max_jobs,
         "extras": {"max_nodes": max_nodes, **(extras or {})},
     }
+
+
+def hostlist_count(expression: str) -> int:
+    """How many hosts a Slurm host list names: ``node[1-3,7],gpu2`` -> 5.
+
+    Raises ValueError for a malformed list (unbalanced brackets, a bad range).
+    """
+    count, depth, start = 0, 0, 0
+    parts = []
+    for i, ch in enumerate(expression + ","):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(expression[start:i].strip())
+            start = i + 1
+        if depth not in (0, 1):
+            raise ValueError(f"bad host list {expression!r}")
+    if depth:
+        raise ValueError(f"bad host list {expression!r}")
+    for part in filter(None, parts):
+        hosts = 1
+        for body in re.findall(r"\[([^\]]*)\]", part):
+            n = 0
+            for item in body.split(","):
+                lo, _, hi = item.partition("-")
+                if not lo.strip().isdigit() or (hi and not hi.strip().isdigit()):
+                    raise ValueError(f"bad range {item!r} in host list {expression!r}")
+                span = int(hi) - int(lo) + 1 if hi else 1
+                if span < 1:
+                    raise ValueError(f"bad range {item!r} in host list {expression!r}")
+                n += span
+            hosts *= n
+        count += hosts
+    return count
+
+
+def reservation_node_count(name: str) -> int | None:
+    """Nodes of a Slurm reservation (``scontrol show reservation``), None if unknown."""
+    try:
+        out = subprocess.run(["scontrol", "show", "reservation", name], capture_output=True,
+                             text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"\bNodeCnt=(\d+)", out)
+    return int(m.group(1)) if m else None
+
+
+def pinned_node_count(environ: Mapping[str, str] | None = None) -> int | None:
+    """Nodes a run is pinned to by ``FABREG_NODELIST`` or ``FABREG_RESERVATION``, else None.
+
+    A sweep runs on all of them (``checks/sweep.py``); the node list wins when both are set.
+    """
+    env = os.environ if environ is None else environ
+    if env.get(NODELIST_ENV):
+        return hostlist_count(env[NODELIST_ENV])
+    if env.get(RESERVATION_ENV):
+        return reservation_node_count(env[RESERVATION_ENV])
+    return None

@@ -1,4 +1,4 @@
-"""Shared pieces of the workload probe checks (streams, tail latency, matmul).
+"""Shared pieces of the workload probe checks (streams, tail latency, matmul, sweep).
 
 - ``WorkloadProbes``: fixture that builds fabreg's workload probes (src/probes/fabreg_*.c)
   once per environment, with the environment's MPI compiler wrapper;
@@ -23,7 +23,7 @@ from fabreg.testlib.metering import MeteredJob
 from fabreg.testlib.mpi import MpiCheck, unavailable_reason
 from fabreg.testlib.references import ReferenceKeys
 
-PROBES = ("fabreg_streams", "fabreg_tail_latency", "fabreg_matmul")
+PROBES = ("fabreg_streams", "fabreg_tail_latency", "fabreg_matmul", "fabreg_sweep")
 
 
 class WorkloadProbes(rfm.CompileOnlyRegressionTest):

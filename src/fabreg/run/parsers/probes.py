@@ -256,3 +256,67 @@ def parse_matmul(text: str) -> MatmulResult:
         compute_s=float(s["compute_s"]), comm_fraction=float(s["comm_fraction"]),
         gflops=float(s["gflops"]), verified=s.get("verify") == "pass",
     )
+
+
+# --- sweep -------------------------------------------------------------------------
+
+#: Rows of a sweep that measure one host alone (no network path): the controls.
+SWEEP_CONTROLS = ("loopback", "memory")
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One row of fabreg_sweep: a directed pair of one round, or a control of one host."""
+
+    round: int
+    pattern: str  # "shift" | "xor" | "loopback" | "memory"
+    node_a: str
+    node_b: str
+    rank_a: int
+    rank_b: int
+    bandwidth_mbs: float
+    latency_us: float  # the best round trip's half: the path's own latency
+    latency_p50_us: float  # the median one's, shown as evidence (nan for controls)
+
+    @property
+    def is_control(self) -> bool:
+        return self.pattern in SWEEP_CONTROLS
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    pattern: str
+    ranks: int
+    rounds: int
+    size: int
+    seconds: float
+    rows: list[SweepRow]
+
+    @property
+    def pairs(self) -> list[SweepRow]:
+        return [r for r in self.rows if not r.is_control]
+
+    @property
+    def controls(self) -> list[SweepRow]:
+        return [r for r in self.rows if r.is_control]
+
+    @property
+    def nodes(self) -> list[str]:
+        return sorted({r.node_a for r in self.rows} | {r.node_b for r in self.rows})
+
+
+def parse_sweep(text: str) -> SweepResult:
+    block = parse_block(text, "sweep")
+    rows = [SweepRow(round=int(r["round"]), pattern=str(r["pattern"]), node_a=str(r["node_a"]),
+                     node_b=str(r["node_b"]), rank_a=int(r["rank_a"]), rank_b=int(r["rank_b"]),
+                     bandwidth_mbs=float(r["bw_mbs"]), latency_us=float(r["lat_us"]),
+                     latency_p50_us=float(r.get("lat_p50_us", "nan")))
+            for r in block.rows]
+    result = SweepResult(pattern=str(block.params["pattern"]), ranks=int(block.params["ranks"]),
+                         rounds=int(block.params["rounds"]), size=int(block.params["size"]),
+                         seconds=float(block.summary.get("seconds", 0.0)), rows=rows)
+    expected = int(block.summary.get("pairs", len(result.pairs)))
+    if len(result.pairs) != expected:
+        raise ProbeOutputError(f"fabreg_sweep announced {expected} pairs but reported "
+                               f"{len(result.pairs)}")
+    return result

@@ -1,0 +1,155 @@
+"""Sweep: every node of a partition (or of a node list or reservation) in rounds of concurrent
+pairs, to name a bad node or a bad link (docs/isolation.md).
+
+One job, one rank per node, runs ``fabreg_sweep``: up to 32 nodes every pair in n-1 rounds of
+disjoint pairs (round robin; ``-S pattern=shifts`` for ring shifts), above that recursive
+halving (log2 n rounds). Each pair's bandwidth and latency is
+judged against the other pairs of the same run (``fabreg.isolation``): no reference is needed.
+A node slow in most of its pairs, or a slow pair of two otherwise healthy nodes, fails the
+check naming it; each pair is logged as its own per-link series (``pair_table``), which
+``fabreg isolate``, ``trends`` and the report read.
+"""
+
+import json
+import math
+from statistics import median
+
+import reframe as rfm
+import reframe.utility.sanity as sn
+from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
+from reframe.core.exceptions import PerformanceError, SanityError
+
+from fabreg import isolation, schema
+from fabreg.run.parsers.probes import SweepResult, parse_sweep
+from fabreg.run.siteconfig import pinned_node_count
+from fabreg.testlib.base import max_nodes, partitions, reframe_errors
+from fabreg.testlib.workloads import ProbeCheck
+
+MB = 1 << 20
+#: Up to this many nodes the sweep measures every pair (n - 1 rounds).
+ALL_PAIRS_UP_TO = 32
+
+
+@rfm.simple_test
+class Sweep(ProbeCheck):
+    """fabreg_sweep over all nodes: per-pair bandwidth and latency, suspects named."""
+
+    benchmark = "fabreg_sweep"
+    tags = {"sweep"}
+    #: One transport per MPI: the fabric's RDMA path where there is one, else TCP (another
+    #: transport over the same fabric would name the same suspects twice).
+    transport = parameter(["ucx_rc", "tcp"])
+    time_limit = "10m"
+
+    #: Rounds: ``pairs`` (round robin: every pair both ways), ``shifts`` (ring shifts: every
+    #: ordered pair), ``xor`` (recursive halving, log2 n rounds) or ``auto`` (pairs up to
+    #: ALL_PAIRS_UP_TO nodes, else xor).
+    pattern = variable(str, value="auto", loggable=True)
+    #: At most this many rounds of the pattern (0: all).
+    max_rounds = variable(int, value=0, loggable=True)
+    #: Bandwidth message size, messages per measurement, messages in flight, repeats (best).
+    message_size = variable(int, value=MB, loggable=True)
+    count = variable(int, value=16, loggable=True)
+    window = variable(int, value=4, loggable=True)
+    repeats = variable(int, value=5, loggable=True)
+    #: Ping-pongs per pair for the latency (median).
+    iterations = variable(int, value=200, loggable=True)
+    #: The pairs' figures, JSON (``fabreg.schema.PAIR_TABLE``): read into per-link series.
+    pair_table = variable(str, value="", loggable=True)
+    #: The suspects this run named, one line each (empty: none).
+    suspects_named = variable(str, value="", loggable=True)
+
+    @run_after("init")
+    def sweep_whole_partitions(self) -> None:
+        """One case per partition: its node count; never fewer than 2 nodes."""
+        if self.nodes < 2:
+            self.impossible()
+            return
+        parts = partitions()
+        if parts:
+            self.valid_systems = [p.fullname for p in parts if p.fullname in self.valid_systems
+                                  and max_nodes(p) == self.nodes]
+        self.descr = f"fabreg_sweep over {self.nodes} nodes"
+
+    def sweep_nodes(self) -> int:
+        with reframe_errors():
+            try:
+                pinned = pinned_node_count()
+            except ValueError as err:
+                self.skip(f"FABREG_NODELIST: {err}")
+        return self.nodes if pinned is None else min(pinned, self.nodes)
+
+    def placement(self) -> tuple[int, int]:
+        nodes = self.sweep_nodes()
+        self.skip_if(nodes < 2, f"a sweep needs at least 2 nodes; the run is pinned to {nodes}")
+        return nodes, 1
+
+    @run_after("setup")
+    def set_options(self) -> None:
+        if self.pattern == "auto":
+            self.pattern = "pairs" if self.sweep_nodes() <= ALL_PAIRS_UP_TO else "xor"
+        self.skip_if(self.pattern not in ("pairs", "shifts", "xor"),
+                     f"pattern must be pairs, shifts, xor or auto, not {self.pattern!r}")
+        self.executable_opts = ["-p", self.pattern, "-s", str(self.message_size),
+                                "-n", str(self.count), "-w", str(self.window),
+                                "-r", str(self.repeats), "-i", str(self.iterations),
+                                "-R", str(self.max_rounds)]
+
+    def result(self) -> SweepResult:
+        with reframe_errors():
+            return parse_sweep(self.output_text())
+
+    @sanity_function
+    def every_node_and_pair_measured(self) -> bool:
+        result = self.result()
+        if len(result.nodes) != self.num_nodes:
+            raise SanityError(f"the sweep ran on {len(result.nodes)} host(s) "
+                              f"({', '.join(result.nodes)}), expected {self.num_nodes}")
+        bad = [f"{p.node_a}->{p.node_b}" for p in result.pairs
+               if not (math.isfinite(p.bandwidth_mbs) and p.bandwidth_mbs > 0
+                       and math.isfinite(p.latency_us) and p.latency_us > 0)]
+        if bad:
+            raise SanityError(f"pairs without a measurement: {', '.join(bad)}")
+        return True
+
+    def localisations(self) -> list[isolation.Localisation]:
+        pairs = self.result().pairs
+        return isolation.localise_all({
+            "bandwidth": [isolation.PairValue(p.node_a, p.node_b, p.bandwidth_mbs, p.round)
+                          for p in pairs],
+            "latency": [isolation.PairValue(p.node_a, p.node_b, p.latency_us, p.round)
+                        for p in pairs],
+        })
+
+    @run_before("performance")
+    def log_pairs(self) -> None:
+        result = self.result()
+        self.pair_table = json.dumps({
+            "fields": list(schema.PAIR_TABLE_FIELDS),
+            "rows": [[r.round, r.pattern, r.node_a, r.node_b, _finite(r.bandwidth_mbs),
+                      _finite(r.latency_us), _finite(r.latency_p50_us)] for r in result.rows],
+        }, separators=(",", ":"))
+        found = isolation.suspects_of(self.localisations())
+        self.suspects_named = "; ".join(s.text() for s in found)
+        self.perf_variables = {
+            "pair_bandwidth": sn.make_performance_function(
+                lambda: median(p.bandwidth_mbs for p in self.result().pairs), "MB/s"),
+            "pair_latency": sn.make_performance_function(
+                lambda: median(p.latency_us for p in self.result().pairs), "us"),
+            "suspects": sn.make_performance_function(lambda: len(found), "count"),
+        }
+
+    @run_after("performance")
+    def name_the_suspects(self) -> None:
+        """Fail naming the suspects; measured while other work took the CPUs: say so instead."""
+        if not self.suspects_named:
+            return
+        if self.contended():
+            self.suspects_named = f"inconclusive ({self.contention_note()}): " \
+                                  f"{self.suspects_named}"
+            return
+        raise PerformanceError(f"suspects: {self.suspects_named}")
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None

@@ -1,0 +1,57 @@
+"""Prometheus gauges of the newest sweeps: per link its value and deficit, per node and per
+link whether it is a suspect (``fabreg.isolation``), so an alert can name the culprit.
+
+Rendered with prometheus-client's exposition format; ``fabreg export prometheus`` and
+``serve-metrics`` add it to the store's collector (``fabreg.cli.export``).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+from fabreg.review.sweeps import Sweep
+
+_WHERE = ("system", "partition", "environ")
+
+
+def render(sweeps: list[Sweep]) -> str:
+    """Exposition text of the sweeps' gauges ('' without sweeps)."""
+    if not sweeps:
+        return ""
+    registry = CollectorRegistry()
+    link_value = Gauge("fabreg_link_value", "Newest sweep: a link's value (MB/s or us)",
+                       [*_WHERE, "metric", "node_a", "node_b"], registry=registry)
+    link_deficit = Gauge("fabreg_link_deficit_percent",
+                         "Newest sweep: a link's deficit against the run's healthy pairs",
+                         [*_WHERE, "metric", "node_a", "node_b"], registry=registry)
+    link_suspect = Gauge("fabreg_link_suspect", "1 when the sweep names the link a suspect",
+                         [*_WHERE, "metric", "node_a", "node_b"], registry=registry)
+    node_slow = Gauge("fabreg_node_slow_pairs_ratio",
+                      "Newest sweep: share of a node's pairs that are slow",
+                      [*_WHERE, "metric", "node"], registry=registry)
+    node_suspect = Gauge("fabreg_node_suspect", "1 when the sweep names the node a suspect",
+                         [*_WHERE, "metric", "node"], registry=registry)
+    sweep_time = Gauge("fabreg_sweep_timestamp_seconds", "When the newest sweep finished",
+                       list(_WHERE), registry=registry)
+    for sweep in sweeps:
+        where = (sweep.system, sweep.partition, sweep.environ)
+        sweep_time.labels(*where).set(sweep.time)
+        for loc in sweep.localise():
+            pairs = sweep.pairs.get(loc.metric, [])
+            slow = {(p.node_a, p.node_b) for p in loc.slow}
+            named_links = {tuple(s.nodes) for s in loc.suspects if s.kind == "link"}
+            named_nodes = {s.nodes[0] for s in loc.suspects if s.kind == "node"}
+            for p in pairs:
+                labels = (*where, loc.metric, p.node_a, p.node_b)
+                link_value.labels(*labels).set(p.value)
+                link_deficit.labels(*labels).set(loc.pair_deficit.get((p.node_a, p.node_b), 0.0))
+                link_suspect.labels(*labels).set(
+                    float(tuple(sorted((p.node_a, p.node_b))) in named_links))
+            for node in sweep.nodes:
+                mine = [p for p in pairs if node in (p.node_a, p.node_b)]
+                if not mine:
+                    continue
+                bad = sum((p.node_a, p.node_b) in slow for p in mine)
+                node_slow.labels(*where, loc.metric, node).set(bad / len(mine))
+                node_suspect.labels(*where, loc.metric, node).set(float(node in named_nodes))
+    return generate_latest(registry).decode()

@@ -1,0 +1,119 @@
+"""The sweeps in the store: each sweep run's per-link values, put back together as one matrix.
+
+The sweep check logs every pair as its own per-link series (``node_a``/``node_b`` parameters,
+``fabreg.schema.PAIR_TABLE``). This module finds the newest run of each sweep (test case,
+system, partition, environment) and gathers the values of its links, so ``fabreg isolate``,
+the heat map and the Prometheus gauges judge exactly the pairs of one run with
+``fabreg.isolation`` (the same rules the check applied).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fabreg import isolation
+from fabreg.isolation import HIGHER_IS_BETTER
+from fabreg.review.store import SeriesData
+from fabreg.schema import LINK_PARAMETERS, PAIR_METRIC_UNITS, PAIR_TABLE
+
+#: (system, job id, time) -> the run's attributes (``Store.run_attributes``)
+Attributes = Callable[[str, str, float], dict[str, str]]
+
+#: Perf variable of a pair between two nodes -> the metric ``fabreg.isolation`` judges (the
+#: median latency is evidence, not judged: on a shared host it measures waiting for a CPU).
+LINK_PERFVARS = {f"link_{metric}": metric for metric in PAIR_METRIC_UNITS
+                 if metric in HIGHER_IS_BETTER}
+
+
+@dataclass
+class Sweep:
+    """One sweep run: where, when, and its pairs' values per metric."""
+
+    test: str
+    params: tuple[tuple[str, str], ...]  # without node_a/node_b
+    system: str
+    partition: str
+    environ: str
+    time: float
+    jobid: str
+    pairs: dict[str, list[isolation.PairValue]] = field(default_factory=dict)
+    #: per host: control perf variable (``loopback_bandwidth``...) -> value
+    controls: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: why the check did not trust its suspects (other work took the CPUs while it measured:
+    #: its ``suspects_named`` says ``inconclusive (...)``), '' when it did
+    inconclusive: str = ""
+
+    @property
+    def nodes(self) -> list[str]:
+        return sorted({n for values in self.pairs.values() for p in values
+                       for n in (p.node_a, p.node_b)} | set(self.controls))
+
+    @property
+    def label(self) -> str:
+        params = " ".join(f"{k}={v}" for k, v in self.params)
+        return f"{self.test} {params} {self.system}:{self.partition}+{self.environ}"
+
+    def localise(self) -> list[isolation.Localisation]:
+        return isolation.localise_all(self.pairs)
+
+
+def _is_link_series(series: SeriesData) -> bool:
+    params = series.key.param
+    return all(p in params for p in LINK_PARAMETERS) and len(series) > 0
+
+
+def _rounds(attrs: dict[str, str]) -> dict[tuple[str, str], int]:
+    """(sender, receiver) -> round, from the run's pair table (empty when it has none)."""
+    try:
+        table = json.loads(attrs.get(PAIR_TABLE) or "{}")
+        fields = list(table["fields"])
+        rows = [dict(zip(fields, row)) for row in table["rows"]]
+    except (ValueError, TypeError, KeyError):
+        return {}
+    return {(str(r["node_a"]), str(r["node_b"])): int(r.get("round") or 0) for r in rows}
+
+
+def latest_sweeps(all_series: list[SeriesData], system: str | None = None,
+                  attributes: Attributes | None = None) -> list[Sweep]:
+    """The newest run of every sweep in the store (optionally of one system): one per test,
+    system, partition, environment and transport. ``attributes`` (``Store.run_attributes``)
+    gives each pair its round, from the run's pair table."""
+    groups: dict[tuple, list[SeriesData]] = defaultdict(list)
+    for s in all_series:
+        if not _is_link_series(s) or (system and s.key.system != system):
+            continue
+        rest = tuple((k, v) for k, v in s.key.params if k not in LINK_PARAMETERS)
+        groups[(s.key.test, rest, s.key.system, s.key.partition, s.key.environ)].append(s)
+    sweeps = []
+    for (test, params, sys_name, part, env), members in sorted(groups.items()):
+        newest = max(float(s.time[-1]) for s in members)
+        jobid = next(s.jobid[-1] for s in members if float(s.time[-1]) == newest and s.jobid)
+        sweep = Sweep(test, params, sys_name, part, env, newest, jobid)
+        # which round measured each pair: pairs are judged against their round (isolation)
+        attrs = attributes(sys_name, jobid, newest) if attributes else {}
+        rounds = _rounds(attrs)
+        named = attrs.get("suspects_named", "")
+        if named.startswith("inconclusive"):
+            sweep.inconclusive = named.split(":", 1)[0]
+        for s in members:
+            if float(s.time[-1]) != newest:
+                continue  # this link was not measured by the newest run
+            a, b = s.key.param["node_a"], s.key.param["node_b"]
+            value = float(s.value[-1])
+            if s.key.perfvar in LINK_PERFVARS and a != b:
+                sweep.pairs.setdefault(LINK_PERFVARS[s.key.perfvar], []).append(
+                    isolation.PairValue(a, b, value, rounds.get((a, b), 0)))
+            elif a == b:
+                sweep.controls.setdefault(a, {})[s.key.perfvar] = value
+        for values in sweep.pairs.values():
+            values.sort(key=lambda p: (p.node_a, p.node_b))
+        sweeps.append(sweep)
+    # A sweep pinned to other nodes (FABREG_NODELIST) is another series of the same sweep:
+    # only the newest run per place, environment and transport speaks for the fabric now.
+    newest: dict[tuple, Sweep] = {}
+    for w in sorted(sweeps, key=lambda w: w.time):
+        newest[(w.test, w.system, w.partition, w.environ, dict(w.params).get("transport"))] = w
+    return sorted(newest.values(), key=lambda w: w.time)

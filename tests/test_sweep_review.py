@@ -1,0 +1,119 @@
+"""The sweep's perflogs on the review side: per-link series, `fabreg isolate`, gauges, heat map.
+
+tests/data/sweep/*.log are real perflogs of the Sweep check, written by real ReFrame runs on
+minicluster with 4 nodes (ci/bench/isolation_bench.py; README.md there): healthy, node3 capped
+at a third of the healthy pair bandwidth, the link node1<->node3 capped the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import REPO, fabreg
+
+from fabreg.review.isolation_metrics import render
+from fabreg.review.isolation_plot import write
+from fabreg.review.perflog import read_perflog_file
+from fabreg.review.store import Store
+from fabreg.review.sweeps import latest_sweeps
+
+DATA = REPO / "tests" / "data" / "sweep"
+NODES = ["node1", "node2", "node3", "node4"]
+
+
+def _store(tmp_path: Path, case: str) -> Path:
+    db = tmp_path / f"{case}.db"
+    proc = fabreg("ingest", str(DATA / f"{case}.log"), db=db)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return db
+
+
+def _sweeps(db: Path):
+    with Store(db, create=False) as store:
+        return latest_sweeps(store.load(), attributes=store.run_attributes)
+
+
+def test_every_pair_and_control_is_its_own_series():
+    samples, problems, _ = read_perflog_file(DATA / "node.log")
+    assert problems == []
+    links = [s for s in samples if s.perfvar == "link_bandwidth"]
+    lines = {s.run.jobid for s in samples if s.perfvar == "pair_bandwidth"}
+    assert len(links) == 12 * len(lines)
+    pairs = {(s.params["node_a"], s.params["node_b"]) for s in links}
+    assert pairs == {(a, b) for a in NODES for b in NODES if a != b}
+    assert all(s.unit == "MB/s" and s.value > 0 for s in links)
+    controls = {(s.params["node_a"], s.perfvar) for s in samples
+                if s.params.get("node_a") and s.params["node_a"] == s.params["node_b"]}
+    assert controls >= {(n, "loopback_bandwidth") for n in NODES} | {
+        (n, "memory_bandwidth") for n in NODES}
+    # the check's own line keeps its series; the links share its run (job, time)
+    own = [s for s in samples if s.perfvar == "suspects"]
+    assert own and all("node_a" not in s.params for s in own)
+    assert {s.run.key for s in links} == {s.run.key for s in own}
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("healthy", set()),
+    ("node", {("node", ("node3",))}),
+    ("link", {("link", ("node1", "node3"))}),
+])
+def test_the_stored_sweep_names_what_was_capped(tmp_path, case, expected):
+    sweeps = _sweeps(_store(tmp_path, case))
+    assert sweeps
+    for sweep in sweeps:
+        assert sweep.nodes == NODES and sweep.system == "minicluster"
+        bandwidth = next(loc for loc in sweep.localise() if loc.metric == "bandwidth")
+        assert {(s.kind, s.nodes) for s in bandwidth.suspects} == expected
+
+
+def test_isolate_prints_json_and_exits_1_on_a_suspect(tmp_path):
+    proc = fabreg("isolate", "--format", "json", db=_store(tmp_path, "node"))
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    node = [s for s in doc["suspects"] if s["metric"] == "bandwidth"]
+    assert node and all(s["kind"] == "node" and s["nodes"] == ["node3"] for s in node)
+    assert all(s["deficit_pct"] > 30 and len(s["pairs"]) > 3 and s["measured"] == 6
+               for s in node)
+    assert set(node[0]) >= {"kind", "nodes", "metric", "deficit_pct", "pairs"}
+    text = fabreg("isolate", db=tmp_path / "node.db")
+    assert text.returncode == 1
+    assert "SUSPECT node node3: bandwidth" in text.stdout
+    assert "controls of node3 (no network path): loopback_bandwidth" in text.stdout
+
+
+def test_suspects_of_a_disturbed_sweep_are_inconclusive(tmp_path):
+    """Measured while other work took the CPUs: the check said inconclusive, so does isolate."""
+    proc = fabreg("isolate", "--format", "json", db=_store(tmp_path, "node-inconclusive"))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["suspects"] and all(s["inconclusive"].startswith("inconclusive (other work took")
+                                   for s in doc["suspects"])
+    text = fabreg("isolate", db=tmp_path / "node-inconclusive.db")
+    assert "its suspects are not confirmed" in text.stdout and "0 suspect(s)" in text.stdout
+
+
+def test_isolate_without_a_sweep_says_so(tmp_path):
+    db = tmp_path / "empty.db"
+    Store(db).close()
+    proc = fabreg("isolate", db=db)
+    assert proc.returncode == 2
+    assert "no sweep in the store" in proc.stderr
+
+
+def test_gauges_name_the_node_and_heat_map_draws_the_matrix(tmp_path):
+    sweeps = _sweeps(_store(tmp_path, "node"))
+    text = render(sweeps)
+    assert 'fabreg_node_suspect{environ="openmpi",metric="bandwidth",node="node3",' in text
+    line = next(ln for ln in text.splitlines()
+                if ln.startswith('fabreg_node_suspect{environ="openmpi",metric="bandwidth",'
+                                 'node="node3"'))
+    assert line.endswith(" 1.0")
+    assert 'fabreg_node_suspect{environ="openmpi",metric="bandwidth",node="node1",' in text
+    page = write(sweeps, tmp_path / "report")
+    html = page.read_text()
+    assert "node node3: bandwidth" in html and html.count("data:image/png;base64,") >= 2
+    pngs = sorted((tmp_path / "report").glob("sweep-*-bandwidth.png"))
+    assert pngs and pngs[0].read_bytes()[:4] == b"\x89PNG"
+    assert render([]) == "" and write([], tmp_path / "none") is None
