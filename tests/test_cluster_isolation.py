@@ -121,6 +121,8 @@ def test_sweep_names_nobody_then_the_bad_node_then_the_bad_link(cluster4, tmp_pa
     assert report.returncode == 0, report.stderr
     page = (tmp_path / "report" / "isolation.html").read_text()
     assert "node node3: bandwidth" in page and "data:image/png;base64," in page
+    # the trend report links it under its title
+    assert '<a href="isolation.html">' in (tmp_path / "report" / "index.html").read_text()
 
     deg = cluster4.fabreg("degrade", "node1", "--peer", "node3", "--rate", rate)
     assert deg.returncode == 0, deg.stderr

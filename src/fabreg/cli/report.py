@@ -70,16 +70,18 @@ def run(args: argparse.Namespace) -> int:
     if args.baseline or args.candidate or len(sessions) >= 2:
         curves = (compare.resolve(args.baseline or "latest~1", sessions),
                   compare.resolve(args.candidate or "latest", sessions))
+    sweeps_page = isolation_plot.write(sweeps, out)
+    see_also = [(sweeps_page.name, "the newest sweeps: pair matrices, bad nodes and links")
+                ] if sweeps_page else []
     try:
         md, page = report.build(all_series, verdicts, out, curves,
                                 progress=Progress("report", 0, enabled=not args.quiet),
                                 curve_min_diff_pct=args.curve_threshold, jobs=args.jobs,
-                                check_verdicts=said)
+                                check_verdicts=said, see_also=see_also)
     except OSError as err:
         raise FabregError(f"cannot write the report under {out}: {err.strerror or err}") from None
     moved = sum(1 for v in verdicts if v.changes)
     print(f"wrote {md} and {page}: {len(verdicts)} series, {moved} with changes")
-    sweeps_page = isolation_plot.write(sweeps, Path(args.out))
     if sweeps_page:
         print(f"wrote {sweeps_page}: the newest sweeps' pair matrices and suspects")
     return 0

@@ -332,8 +332,12 @@ def build(all_series: list[SeriesData], verdicts: list[SeriesVerdict], out: Path
           curves: tuple[compare.Selection, compare.Selection] | None = None,
           progress: Callable[[int, int], None] | None = None,
           curve_min_diff_pct: float = 10.0, jobs: int | None = None,
-          check_verdicts: dict[int, str] | None = None) -> tuple[Path, Path]:
+          check_verdicts: dict[int, str] | None = None,
+          see_also: list[tuple[str, str]] | None = None) -> tuple[Path, Path]:
     """Write ``summary.md``, ``index.html`` and ``plots/`` under ``out``.
+
+    ``see_also``: (file in ``out``, what it shows) pages linked under the title (the sweeps'
+    ``isolation.html``).
 
     ``check_verdicts``: series id -> the check's own verdict on its newest value
     (:func:`fabreg.review.check_verdicts.newest`).
@@ -379,7 +383,7 @@ def build(all_series: list[SeriesData], verdicts: list[SeriesVerdict], out: Path
     summary = summarise(verdicts, check_verdicts)
     plotted = {v.series.id for v in shown}
     md = _markdown(verdicts, summary, grouped, curve_figs, labels, plotted)
-    page = _html(verdicts, summary, grouped, curve_figs, labels, plotted)
+    page = _html(verdicts, summary, grouped, curve_figs, labels, plotted, see_also)
     (out / "summary.md").write_text(md, encoding="utf-8")
     (out / "index.html").write_text(page, encoding="utf-8")
     return out / "summary.md", out / "index.html"
@@ -471,11 +475,14 @@ def _img(fig: Figure) -> str:
             f'src="data:image/png;base64,{data}">')
 
 
-def _html(verdicts, summary: Summary, grouped, curve_figs, labels, plotted) -> str:
+def _html(verdicts, summary: Summary, grouped, curve_figs, labels, plotted,
+          see_also: list[tuple[str, str]] | None = None) -> str:
     e = html.escape
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            "<title>fabreg trend report</title>", f"<style>{CSS}</style></head><body>",
-           "<h1>fabreg trend report</h1>", "<h2>Verdicts</h2>", '<table class="counts">']
+           "<h1>fabreg trend report</h1>"]
+    out += [f'<p>See also: <a href="{e(href)}">{e(text)}</a></p>' for href, text in see_also or []]
+    out += ["<h2>Verdicts</h2>", '<table class="counts">']
     for what, n, css in _count_rows(verdicts, summary):
         cls = f' class="{css}"' if css and n else ""
         out.append(f"<tr><th>{e(what)}</th><td{cls}>{n}</td></tr>")
