@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO
 from test_probes import MPIS, make
 
-from fabreg.run import measure
+from fabreg.run import measure, procfs
 from fabreg.run.interference import TOKEN_VARIABLE, InterferenceMeter
 
 pytestmark = pytest.mark.slow
@@ -106,6 +106,27 @@ def test_the_meter_counts_marked_processes_as_the_jobs_own(tmp_path):
     figure = meter.stop()
     assert figure.own_cpu_s >= 1.0, figure
     assert figure.seconds >= 1.0 and figure.host_cpus == (os.cpu_count() or 1)
+
+
+def test_the_meter_names_the_other_work(tmp_path):
+    token = "t" + str(os.getpid())
+    pidfile = tmp_path / "hog.pid"
+    # an unmarked process that is not ours (its parent exits at once), with its own name:
+    # it waits for the meter, then uses 0.6 s of CPU time
+    hog = ("import os, time\nopen('/proc/self/comm', 'w').write('fabreg-test-hog')\n"
+           f"open('{pidfile}', 'w').write(str(os.getpid()))\ntime.sleep(0.5)\n"
+           "while time.process_time() < 0.6: pass\n")
+    subprocess.run(["sh", "-c", f'{sys.executable} -c "{hog}" &'], check=True)
+    while not pidfile.exists() or not pidfile.read_text():
+        time.sleep(0.05)
+    meter = InterferenceMeter(token, interval=0.1).start()
+    while procfs.alive(int(pidfile.read_text())):
+        time.sleep(0.05)
+    figure = meter.stop()
+    names = dict(figure.top_other)
+    assert names.get("fabreg-test-hog", 0) >= 0.4, figure.top_other
+    assert "fabreg-test-hog" in figure.as_dict()["top_other"]
+    assert figure.other_cpu_s >= 0.4
 
 
 def test_a_benchmark_hanging_after_complete_results_is_ended_and_its_values_kept(tmp_path):

@@ -56,6 +56,9 @@ class Interference:
     busy_cpu_s: float
     own_cpu_s: float
     kernel_cpu_s: float = 0.0
+    #: The other processes that took the most CPU time, ``(command name, CPU-seconds)``,
+    #: largest first: who interfered (processes shorter than one sample are not seen).
+    top_other: tuple[tuple[str, float], ...] = ()
 
     @property
     def other_cpu_s(self) -> float:
@@ -70,10 +73,21 @@ class Interference:
     def contended(self, threshold: float = CONTENDED_SHARE) -> bool:
         return self.share > threshold
 
-    def as_dict(self) -> dict[str, float]:
-        out = {k: round(v, 3) for k, v in asdict(self).items()}
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: round(v, 3) for k, v in asdict(self).items()
+                               if k != "top_other"}
         out["other_share"] = round(self.share, 4)
+        if self.top_other:
+            out["top_other"] = ", ".join(f"{name} {cpu_s:.2f}s" for name, cpu_s in self.top_other)
         return out
+
+
+def contention_text(figure: dict[str, Any]) -> str:
+    """One line for a metered figure (``as_dict``): how much other work took, and who."""
+    text = f"other work took {float(figure.get('other_share', 0)):.0%} of the host's CPU"
+    if figure.get("top_other"):
+        text += f" (most: {figure['top_other']})"
+    return text
 
 
 def _children_cpu_s() -> float:
@@ -114,14 +128,17 @@ class InterferenceMeter:
         self.interval = interval
         self.own_pid = os.getpid() if own_pid is None else own_pid
         self._ticks: dict[tuple[int, int], int] = {}  # (pid, start) -> last CPU ticks seen
-        self._checked: dict[tuple[int, int], bool] = {}  # (pid, start) -> marked and ours?
+        self._checked: dict[tuple[int, int], str] = {}  # (pid, start) -> own/reaped/other
         self._kernel: dict[tuple[int, int], list[int]] = {}  # kthread -> [first, last] ticks
+        self._other: dict[tuple[int, int], list[Any]] = {}  # other -> [comm, first, last]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._hz = os.sysconf("SC_CLK_TCK")
+        self._since_boot = 0  # clock ticks since boot when the window opened
 
     def start(self) -> InterferenceMeter:
         self._t0 = time.monotonic()
+        self._since_boot = int(procfs.uptime() * self._hz)
         self._cpu0 = procfs.cpu_times()
         self._self0 = procfs.read_stat(self.own_pid)
         self._children0 = _children_cpu_s()
@@ -142,10 +159,16 @@ class InterferenceMeter:
                 # Our own descendants are counted whole when reaped (their CPU time joins
                 # ours), even the last fraction of a second before they exit, which sampling
                 # would miss; the job's processes elsewhere (under srun) are sampled.
-                self._checked[key] = (_marked(pid, self.marker)
-                                      and not _descends_from(stat, self.own_pid))
-            if self._checked[key]:
+                self._checked[key] = ("reaped" if _descends_from(stat, self.own_pid) else
+                                      "own" if _marked(pid, self.marker) else "other")
+            if self._checked[key] == "own":
                 self._ticks[key] = stat.cpu_ticks
+            elif self._checked[key] == "other":
+                # A process born inside the window counts from zero, one seen first at start
+                # from what it had used by then; its name is the latest (exec changes it).
+                first = 0 if stat.start >= self._since_boot else stat.cpu_ticks
+                entry = self._other.setdefault(key, [stat.comm, first, 0])
+                entry[0], entry[2] = stat.comm, stat.cpu_ticks
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -165,7 +188,17 @@ class InterferenceMeter:
         return Interference(seconds=time.monotonic() - self._t0, host_cpus=os.cpu_count() or 1,
                             busy_cpu_s=(cpu1.busy - self._cpu0.busy) / self._hz,
                             own_cpu_s=own_ticks / self._hz + reaped,
-                            kernel_cpu_s=kernel_ticks / self._hz)
+                            kernel_cpu_s=kernel_ticks / self._hz,
+                            top_other=self._top_other())
+
+    def _top_other(self, count: int = 3) -> tuple[tuple[str, float], ...]:
+        """The other command names that used the most CPU time in the window."""
+        by_name: dict[str, int] = {}
+        for comm, first, last in self._other.values():
+            if last > first:
+                by_name[comm] = by_name.get(comm, 0) + last - first
+        top = sorted(by_name.items(), key=lambda item: -item[1])[:count]
+        return tuple((name, ticks / self._hz) for name, ticks in top)
 
 def exclusive_allocation() -> str:
     """``yes``/``no`` from Slurm for this job's nodes, ``local`` outside a Slurm job."""

@@ -111,5 +111,10 @@ def parse_cpu_times(text: str) -> CpuTimes:
                     interrupts=fields[5] + fields[6])
 
 
+def uptime(proc: Path = PROC) -> float:
+    """Seconds since boot: the clock that processes' start times count on."""
+    return float((proc / "uptime").read_text().split()[0])
+
+
 def cpu_times(proc: Path = PROC) -> CpuTimes:
     return parse_cpu_times((proc / "stat").read_text())

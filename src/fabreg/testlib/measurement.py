@@ -33,7 +33,7 @@ from reframe.core.builtins import run_before, variable
 from reframe.core.logging import getlogger
 
 from fabreg.run import measure
-from fabreg.run.interference import CONTENDED_SHARE
+from fabreg.run.interference import CONTENDED_SHARE, contention_text
 from fabreg.run.references import Assessment
 
 
@@ -166,8 +166,8 @@ class RepeatedMeasurement(rfm.RegressionTestPlugin):
                 out[a.name] = ("fail", f"confirmed by {quiet[a.name]} run(s) on a quiet host "
                                        f"(other work took {share:.0%} of the CPU over the job)")
             elif a.verdict == "fail" and result["contended"]:
-                out[a.name] = ("inconclusive", f"other work took {share:.0%} of the host's CPU "
-                                               f"while it measured")
+                out[a.name] = ("inconclusive", contention_text(result["interference"])
+                                               + " while it measured")
             elif a.verdict != "fail" and a.name in self.confirmation:
                 out[a.name] = ("flaky", f"first measured {self.confirmation[a.name]:g}, "
                                         f"did not reproduce")

@@ -19,7 +19,7 @@ from typing import Any
 import reframe as rfm
 from reframe.core.builtins import run_before, variable
 
-from fabreg.run.interference import CONTENDED_SHARE, TOKEN_VARIABLE
+from fabreg.run.interference import CONTENDED_SHARE, TOKEN_VARIABLE, contention_text
 from fabreg.run.references import Assessment
 
 FIGURE = "interference.json"
@@ -63,8 +63,7 @@ class MeteredJob(rfm.RegressionTestPlugin):
         return bool(figure) and figure["other_share"] > self.contended_share
 
     def contention_note(self) -> str:
-        figure = self.metered() or {}
-        return f"other work took {figure.get('other_share', 0):.0%} of the host's CPU"
+        return contention_text(self.metered() or {})
 
     @run_before("performance")
     def log_interference(self) -> None:
