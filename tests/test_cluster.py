@@ -9,12 +9,14 @@ when a test fails, and the teardown asserts that nothing is left.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -127,31 +129,36 @@ def test_down_cleans_up_a_half_started_cluster_without_its_state_file(tmp_path):
     assert again.returncode == 0, again.stderr
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+@contextlib.contextmanager
+def brought_up(tmp_path_factory, nodes: int) -> Iterator[Cluster]:
+    """A cluster of ``nodes`` nodes for a test module; taken down afterwards, also when a test
+    fails, and checked to leave no namespace, link, qdisc or daemon behind."""
     _require_machine()
-    state_dir = tmp_path_factory.mktemp("cluster")
+    state_dir = tmp_path_factory.mktemp(f"cluster{nodes}")
     cl = Cluster(state_dir)
-    up = cl.fabreg("up", "--nodes", "2")
+    up = cl.fabreg("up", "--nodes", str(nodes))
     try:
         _skip_without_namespaces(up)
         assert up.returncode == 0, up.stdout + up.stderr
-        assert "waiting for sinfo" in up.stdout or "nodes ready" in up.stdout
-        assert "nodes ready: node1 idle, node2 idle" in up.stdout
+        names = ", ".join(f"node{i} idle" for i in range(1, nodes + 1))
+        assert f"nodes ready: {names}" in up.stdout, up.stdout
         yield cl
     finally:
         state = state_dir / "cluster.json"
-        pids = []
-        if state.exists():
-            import json
-
-            pids = [d["pid"] for d in json.loads(state.read_text())["daemons"].values()]
+        pids = ([d["pid"] for d in json.loads(state.read_text())["daemons"].values()]
+                if state.exists() else [])
         down = cl.fabreg("down")
         assert down.returncode == 0, down.stdout + down.stderr
         assert "no namespace, link, qdisc or daemon left" in down.stdout
         assert _leftovers() == []
         time.sleep(0.5)
         assert [p for p in pids if _pid_alive(p)] == []
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with brought_up(tmp_path_factory, 2) as cl:
+        yield cl
 
 
 def _rows(path: Path) -> list[dict[str, str]]:

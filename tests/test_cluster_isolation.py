@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from test_cluster import Cluster, _leftovers, _require_machine, _skip_without_namespaces
+from test_cluster import Cluster, brought_up
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -29,18 +29,8 @@ SWEEP = ["--tag", "sweep", "-p", "openmpi"]
 
 @pytest.fixture(scope="module")
 def cluster4(tmp_path_factory):
-    _require_machine()
-    state_dir = tmp_path_factory.mktemp("cluster4")
-    cl = Cluster(state_dir)
-    up = cl.fabreg("up", "--nodes", "4")
-    try:
-        _skip_without_namespaces(up)
-        assert up.returncode == 0, up.stdout + up.stderr
+    with brought_up(tmp_path_factory, 4) as cl:
         yield cl
-    finally:
-        down = cl.fabreg("down")
-        assert down.returncode == 0, down.stdout + down.stderr
-        assert _leftovers() == []
 
 
 def _fabreg(*args: str) -> subprocess.CompletedProcess[str]:

@@ -10,6 +10,7 @@ and a launch whose output is complete but which does not exit within a grace per
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -98,6 +99,22 @@ def summary(launches: list[Launch]) -> dict[str, Any]:
     """What a driver's result file says of its launches."""
     return {"launches": [asdict(x) for x in launches],
             "hung_after_results": any(x.hung_after_results for x in launches)}
+
+
+class JsonPlan:
+    """What a check writes for its in-job driver (a dataclass), saved and loaded as JSON."""
+
+    @classmethod
+    def load(cls, path: Path) -> Any:
+        return cls(**cls.decoded(json.loads(path.read_text())))
+
+    @classmethod
+    def decoded(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """The fields from their JSON form (JSON object keys are always strings)."""
+        return data
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")  # type: ignore[call-overload]
 
 
 def plan_argument(module: str, argv: list[str] | None) -> Path | None:

@@ -30,7 +30,7 @@ import re
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from fabreg.run.interference import (
     JobMeter,
     exclusive_allocation,
 )
-from fabreg.run.launch import Completion, Launch, plan_argument, run_once, summary
+from fabreg.run.launch import Completion, JsonPlan, Launch, plan_argument, run_once, summary
 from fabreg.run.parsers.osu import parse_osu
 
 RESULT = "measure.json"
@@ -50,7 +50,7 @@ _ROW = re.compile(rb"^\s*(\d+)\s+[-+0-9.]")
 
 
 @dataclass
-class Plan:
+class Plan(JsonPlan):
     """What the job measures; written by the check, read by the driver in the job."""
 
     #: The launcher and the benchmark, e.g. ``["mpirun", "-np", "2", "/.../osu_bw"]``.
@@ -76,13 +76,9 @@ class Plan:
     quiet_wait_s: float = 30.0
 
     @classmethod
-    def load(cls, path: Path) -> Plan:
-        data = json.loads(path.read_text())
-        data["fail_limits"] = {int(k): float(v) for k, v in data.get("fail_limits", {}).items()}
-        return cls(**data)
-
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+    def decoded(cls, data: dict[str, Any]) -> dict[str, Any]:
+        limits = data.get("fail_limits", {})
+        return {**data, "fail_limits": {int(k): float(v) for k, v in limits.items()}}
 
 
 def table_complete(sizes: list[int]) -> Completion:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fabreg.errors import FabregError
-from fabreg.run.launch import Launch, plan_argument, run_once, summary
+from fabreg.run.launch import JsonPlan, Launch, plan_argument, run_once, summary
 from fabreg.run.parsers.probes import ProbeOutputError, TailLatencyResult, parse_tail_latency
 
 RESULT = "tail-environment.json"
@@ -105,7 +105,7 @@ def calibrate(measure: Callable[[Background], float], target: float,
 
 
 @dataclass
-class Plan:
+class Plan(JsonPlan):
     """What the job runs; written by the check, read by the driver in the job."""
 
     #: The launcher and the probe, e.g. ``["mpirun", "-np", "4", ".../fabreg_tail_latency"]``.
@@ -119,13 +119,6 @@ class Plan:
     repeats: int = 3
     tolerance: float = TOLERANCE
     grace_s: float = 20.0
-
-    @classmethod
-    def load(cls, path: Path) -> Plan:
-        return cls(**json.loads(path.read_text()))
-
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
 
     @property
     def target(self) -> float | None:
