@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO
 from test_probes import MPIS, make
 
-from fabreg.run import measure, procfs
+from fabreg.run import interference, measure, procfs
 from fabreg.run.interference import TOKEN_VARIABLE, InterferenceMeter
 
 pytestmark = pytest.mark.slow
@@ -127,6 +127,25 @@ def test_the_meter_names_the_other_work(tmp_path):
     assert names.get("fabreg-test-hog", 0) >= 0.4, figure.top_other
     assert "fabreg-test-hog" in figure.as_dict()["top_other"]
     assert figure.other_cpu_s >= 0.4
+
+
+def test_the_harness_that_launched_the_job_is_not_other_work(tmp_path, monkeypatch):
+    """ReFrame's own CPU time (named by FABREG_HARNESS) is logged apart; the same work by a
+    process the variable does not name is other work."""
+    token = "t" + str(os.getpid())
+    busy = "import time\nt = time.process_time()\nwhile time.process_time() < t + 0.6: pass\n"
+    # the harness: this test process itself, seen by a meter that is not this process
+    monkeypatch.setenv(interference.HARNESS_VARIABLE, interference.harness_identity())
+    figures = []
+    for harness in (True, False):
+        if not harness:
+            monkeypatch.setenv(interference.HARNESS_VARIABLE, "another-boot:1:1")
+        meter = InterferenceMeter(token, interval=0.1, own_pid=1).start()
+        exec(busy)
+        figures.append(meter.stop())
+    named, unnamed = figures
+    assert named.harness_cpu_s >= 0.4 and named.other_cpu_s < unnamed.other_cpu_s, figures
+    assert unnamed.harness_cpu_s < 0.2 and unnamed.other_cpu_s >= 0.4, figures
 
 
 def test_a_benchmark_hanging_after_complete_results_is_ended_and_its_values_kept(tmp_path):

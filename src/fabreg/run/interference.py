@@ -8,6 +8,14 @@ ranks, on every node that ``srun`` reaches); everything else that used a CPU mea
 kernel's own threads (``ksoftirqd``, ``kworker``: children of ``kthreadd``), which carry the
 benchmark's network traffic when the stack is loaded, e.g. behind a rate limit.
 
+The suite's own machinery is not other work either, and is logged apart (``harness_cpu_s``):
+the ReFrame process that launched the job (``FABREG_HARNESS``: its boot, PID and start time,
+so another process that reuses the PID, or one on another host, is not taken for it) and the
+scheduler's daemons answering the job and ReFrame's polling (``slurmctld``, ``slurmd``,
+``slurmstepd``, ``munged``). On a real cluster ReFrame runs on the login node and the daemons
+take a few milliseconds; on one host running ReFrame and several emulated nodes they took
+5-10 % of the CPU and made every sweep of a capped link look contended.
+
 A job on several Slurm nodes is metered on each of them (``JobMeter``): one sampler per node
 through ``srun --overlap`` beside the job's own steps; the job's figure is its worst node's,
 with every node's share kept. On the emulated cluster all nodes share the host's CPUs and PID
@@ -35,6 +43,12 @@ from fabreg.run import procfs
 #: The environment variable that marks the job's own processes.
 TOKEN_VARIABLE = "FABREG_MEASURE_TOKEN"
 
+#: The environment variable that names the ReFrame process that launched the job.
+HARNESS_VARIABLE = "FABREG_HARNESS"
+
+#: The scheduler's daemons: they answer the job's own ``srun`` and ReFrame's polling.
+SCHEDULER_DAEMONS = frozenset({"slurmctld", "slurmd", "slurmstepd", "munged"})
+
 #: The kernel's thread parent: its children are the kernel's own threads.
 KTHREADD = 2
 
@@ -56,13 +70,16 @@ class Interference:
     busy_cpu_s: float
     own_cpu_s: float
     kernel_cpu_s: float = 0.0
+    #: CPU-seconds of the suite's own machinery: ReFrame and the scheduler's daemons.
+    harness_cpu_s: float = 0.0
     #: The other processes that took the most CPU time, ``(command name, CPU-seconds)``,
     #: largest first: who interfered (processes shorter than one sample are not seen).
     top_other: tuple[tuple[str, float], ...] = ()
 
     @property
     def other_cpu_s(self) -> float:
-        return max(0.0, self.busy_cpu_s - self.own_cpu_s - self.kernel_cpu_s)
+        return max(0.0, self.busy_cpu_s - self.own_cpu_s - self.kernel_cpu_s
+                   - self.harness_cpu_s)
 
     @property
     def share(self) -> float:
@@ -88,6 +105,30 @@ def contention_text(figure: dict[str, Any]) -> str:
     if figure.get("top_other"):
         text += f" (most: {figure['top_other']})"
     return text
+
+
+def boot_id(proc: Path = procfs.PROC) -> str:
+    """This kernel's boot: processes on one host (and its emulated nodes) share it."""
+    try:
+        return (proc / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def harness_identity() -> str:
+    """``FABREG_HARNESS``'s value for this process (ReFrame's, when the check sets up its job)."""
+    me = procfs.read_stat(os.getpid())
+    return f"{boot_id()}:{os.getpid()}:{me.start if me else 0}"
+
+
+def _harness_key() -> tuple[int, int] | None:
+    """The (PID, start) of the ReFrame process named by ``FABREG_HARNESS`` when it runs on
+    this host; None otherwise."""
+    boot, _, rest = os.environ.get(HARNESS_VARIABLE, "").partition(":")
+    pid, _, start = rest.partition(":")
+    if not boot or boot != boot_id() or not pid.isdigit() or not start.isdigit():
+        return None
+    return int(pid), int(start)
 
 
 def _children_cpu_s() -> float:
@@ -131,6 +172,8 @@ class InterferenceMeter:
         self._checked: dict[tuple[int, int], str] = {}  # (pid, start) -> own/reaped/other
         self._kernel: dict[tuple[int, int], list[int]] = {}  # kthread -> [first, last] ticks
         self._other: dict[tuple[int, int], list[Any]] = {}  # other -> [comm, first, last]
+        self._harness: dict[tuple[int, int], list[int]] = {}  # -> [first, last] ticks
+        self._harness_key = _harness_key()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._hz = os.sysconf("SC_CLK_TCK")
@@ -160,13 +203,21 @@ class InterferenceMeter:
                 # ours), even the last fraction of a second before they exit, which sampling
                 # would miss; the job's processes elsewhere (under srun) are sampled.
                 self._checked[key] = ("reaped" if _descends_from(stat, self.own_pid) else
-                                      "own" if _marked(pid, self.marker) else "other")
-            if self._checked[key] == "own":
+                                      "own" if _marked(pid, self.marker) else
+                                      "harness" if key == self._harness_key else "other")
+            kind = self._checked[key]
+            if kind == "own":
                 self._ticks[key] = stat.cpu_ticks
-            elif self._checked[key] == "other":
-                # A process born inside the window counts from zero, one seen first at start
-                # from what it had used by then; its name is the latest (exec changes it).
-                first = 0 if stat.start >= self._since_boot else stat.cpu_ticks
+                continue
+            if kind == "reaped":
+                continue
+            # A process born inside the window counts from zero, one seen first at start
+            # from what it had used by then; its name is the latest (exec changes it).
+            first = 0 if stat.start >= self._since_boot else stat.cpu_ticks
+            if kind == "harness" or stat.comm in SCHEDULER_DAEMONS:
+                self._harness.setdefault(key, [first, 0])[1] = stat.cpu_ticks
+                self._other.pop(key, None)
+            else:
                 entry = self._other.setdefault(key, [stat.comm, first, 0])
                 entry[0], entry[2] = stat.comm, stat.cpu_ticks
 
@@ -189,6 +240,8 @@ class InterferenceMeter:
                             busy_cpu_s=(cpu1.busy - self._cpu0.busy) / self._hz,
                             own_cpu_s=own_ticks / self._hz + reaped,
                             kernel_cpu_s=kernel_ticks / self._hz,
+                            harness_cpu_s=sum(max(0, last - first) for first, last
+                                              in self._harness.values()) / self._hz,
                             top_other=self._top_other())
 
     def _top_other(self, count: int = 3) -> tuple[tuple[str, float], ...]:

@@ -33,7 +33,12 @@ from reframe.core.builtins import run_before, variable
 from reframe.core.logging import getlogger
 
 from fabreg.run import measure
-from fabreg.run.interference import CONTENDED_SHARE, contention_text
+from fabreg.run.interference import (
+    CONTENDED_SHARE,
+    HARNESS_VARIABLE,
+    contention_text,
+    harness_identity,
+)
 from fabreg.run.references import Assessment
 
 
@@ -118,6 +123,7 @@ class RepeatedMeasurement(rfm.RegressionTestPlugin):
         launch = shlex.split(self.job.launcher.run_command(self.job))
         command = [*launch, self.executable]
         self.measurement_plan(command).save(Path(self.stagedir, measure.PLAN))
+        self.env_vars[HARNESS_VARIABLE] = harness_identity()
         self.job.launcher = getlauncher("local")()
         self.executable = sys.executable
         self.executable_opts = ["-m", "fabreg.run.measure", measure.PLAN]

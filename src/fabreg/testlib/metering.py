@@ -19,7 +19,13 @@ from typing import Any
 import reframe as rfm
 from reframe.core.builtins import run_before, variable
 
-from fabreg.run.interference import CONTENDED_SHARE, TOKEN_VARIABLE, contention_text
+from fabreg.run.interference import (
+    CONTENDED_SHARE,
+    HARNESS_VARIABLE,
+    TOKEN_VARIABLE,
+    contention_text,
+    harness_identity,
+)
 from fabreg.run.references import Assessment
 
 FIGURE = "interference.json"
@@ -44,6 +50,7 @@ class MeteredJob(rfm.RegressionTestPlugin):
     @run_before("run")
     def meter_the_job(self) -> None:
         self.env_vars[TOKEN_VARIABLE] = uuid.uuid4().hex
+        self.env_vars[HARNESS_VARIABLE] = harness_identity()
         sampler = " ".join(shlex.quote(a) for a in (
             sys.executable, "-m", "fabreg.run.interference", FIGURE, STOP))
         self.prerun_cmds = [f"rm -f {STOP}; {sampler} &", *self.prerun_cmds]
