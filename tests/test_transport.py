@@ -358,6 +358,10 @@ def test_verify_mvapich2():
         "asked for ucx_rc but traffic went over ucx_ud (MVAPICH2-2.3.7 report: HCA channel open")
     assert t.verify(rc, _mv2(ib=True, hybrid=1)).used == "ucx_rc+ucx_ud"
     assert t.verify(shm, _mv2(ib=False)).ok
+    psm = t.Inventory("mvapich2", mpi_device="ch3:psm", rdma_devices=("hfi1_0",))
+    assert t.availability_problem("mvapich2", "ucx_rc", psm) == (
+        "MVAPICH2 here is a ch3:psm build (Omni-Path/TrueScale PSM): it has no InfiniBand "
+        "verbs channel")
     sock = t.launch_spec("mvapich2", "tcp", nodes=2,
                          inventory=t.Inventory("mvapich2", mpi_device="ch3:sock"))
     assert t.verify(sock, "# OSU MPI Latency Test v7.2\n8 20.1\n").used == "tcp"

@@ -506,6 +506,9 @@ def _mvapich2_problem(transport: str, inventory: Inventory, net: NetConfig) -> s
     if transport in ("ucx_rc", "ucx_ud"):
         if device in _MV2_SOCKET_DEVICES:
             return f"MVAPICH2 here is a {device} build: it has no InfiniBand channel"
+        if device and device.startswith("ch3:psm"):
+            return (f"MVAPICH2 here is a {device} build (Omni-Path/TrueScale PSM): it has no "
+                    "InfiniBand verbs channel")
         if not inventory.rdma_devices:
             return "no RDMA device on this host (/sys/class/infiniband is empty or absent)"
         missing = [d for d in net.rdma_devices if d.split(":")[0] not in inventory.rdma_devices]
