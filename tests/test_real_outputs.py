@@ -15,7 +15,12 @@ import pytest
 
 from fabreg.run import transport as t
 from fabreg.run.parsers import ethtool, gpu_support, inventory, osu, perftest, ucx_perftest
-from fabreg.run.parsers.transport_log import evidence_hosts, ob1_btls, ucx_lanes
+from fabreg.run.parsers.transport_log import (
+    evidence_hosts,
+    mvapich2_report,
+    ob1_btls,
+    ucx_lanes,
+)
 
 REAL = Path(__file__).parent / "data" / "real"
 _ROW = re.compile(r"^\| `(?P<file>[^`]+)` \| (?P<parser>[\w ]+) \| (?P<what>.+?) "
@@ -329,6 +334,68 @@ def ompi_smcuda() -> None:
     assert (v.ok, v.used, v.evidence) == (True, "shm", ("ob1 BTLs: smcuda, self",))
 
 
+# --- MVAPICH2 ----------------------------------------------------------------------------
+
+_MGPM7 = "mvapich2/mgpm7-mvapich2.3.4-"
+
+
+def mvapich2_mpiname() -> None:
+    text = _text(_MGPM7 + "cuda-mpiname-a.txt")
+    assert inventory.hydra_device(text) == "ch3:mrail"
+    mrail = t.Inventory("mvapich2", mpi_device=inventory.hydra_device(text),
+                        rdma_devices=("mlx5_0",))
+    assert t.availability_problem("mvapich2", "ucx_rc", mrail) is None
+    assert t.availability_problem("mvapich2", "tcp", mrail) == (
+        "MVAPICH2 runs TCP only from a socket-channel build (ch3:sock); this one is ch3:mrail")
+
+
+# Only parts of issue 7's report could be retrieved: not its header, not its Parameters block
+# (which tells the channel). The parts start inside a block, so they are no report by
+# themselves; after the block's first line as MVAPICH2 prints it (mv2_show_all_params /
+# mv2_show_cuda_params, not part of the posted text) their lines parse.
+def mvapich2_all_parameters_part() -> None:
+    text = _text(_MGPM7 + "all-parameters-qkey-to-eager-part.txt")
+    assert mvapich2_report(text) is None
+    rc = t.launch_spec("mvapich2", "ucx_rc", nodes=2)
+    assert t.verify(rc, text).problem == (
+        "no evidence of the transport used: MVAPICH2's environment report "
+        "(MV2_SHOW_ENV_INFO=2) not found in the output")
+    report = mvapich2_report(" MVAPICH2 All Parameters\n" + text)
+    assert (report.version, report.fields, len(report.all_params)) == (None, {}, 26)
+    assert report.all_params["MV2_DEFAULT_QP_OUS_RD_ATOM"] == "268701700"
+    assert report.all_params["MV2_IBA_EAGER_THRESHOLD"] == "17408"
+    # All Parameters lists the InfiniBand tunables even on an SMP-only run: no verdict.
+    assert report.channel is None and report.smp_only is None
+    v = t.verify(rc, " MVAPICH2 All Parameters\n" + text)
+    assert v.evidence == ("MVAPICH2 report: no Parameters block, channel unknown",)
+    assert v.problem.startswith("no evidence of the transport used")
+
+
+def mvapich2_gdr_parameters_part() -> None:
+    text = _text(_MGPM7 + "cuda-parameters-end-and-run-part.txt")
+    assert mvapich2_report(text) is None
+    report = mvapich2_report(" MVAPICH2 GDR Parameters\n" + text)
+    assert len(report.all_params) == 16 and report.flag("MV2_CUDA_INIT_CONTEXT") is True
+    assert report.all_params["MV2_CUDA_BCAST_NAIVE_LIMIT"] == "2097152"
+    assert report.flag("MV2_CUDA_GATHERV_NAIVE_LIMIT") is False
+    # The block ends at its rule: the program's output after it is not read as fields.
+    assert list(report.all_params)[-1] == "MV2_CUDA_INIT_CONTEXT"
+
+
+def mvapich2_x_psm2() -> None:
+    text = _text("mvapich2/kisti-nurion-mvapich2-x2.3.3-psm2-knl-show-env-info.txt")
+    report = mvapich2_report(text)
+    assert report.version is None and len(report.fields) == 32
+    assert report.fields["HCA NAME"] == "MV2_HCA_INTEL_HFI1"
+    assert report.fields["Tuning Table"] == "MV2_ARCH_INTEL_XEON_PHI_7250 MV2_HCA_INTEL_HFI1"
+    assert report.fields["MV2_USE_CMA_COLL_BCAST"] == "0"  # a " - " sub-item
+    assert (report.channel, report.smp_only) == ("psm", False)
+    v = t.verify(t.launch_spec("mvapich2", "ucx_rc", nodes=2), text)
+    assert (v.used, v.problem) == ("psm", "asked for ucx_rc but traffic went over psm "
+                                   "(MVAPICH2 report: PSM channel (Omni-Path) "
+                                   "(HCA NAME=MV2_HCA_INTEL_HFI1))")
+
+
 # --- ethtool, GPU support -----------------------------------------------------------------
 
 
@@ -398,6 +465,10 @@ EXPECTATIONS: dict[str, Callable[[], None]] = {
     "ucx_info/ucx9908-ucx1.16-cuda-gdrcopy-ucx_info-d-first-part.txt": ucx_info_cuda_build,
     "ucx_perftest/ucx4587-old-table-final-only-tag_lat-rocm.txt":
         ucx_perftest_old_table_final_only,
+    _MGPM7 + "cuda-mpiname-a.txt": mvapich2_mpiname,
+    _MGPM7 + "all-parameters-qkey-to-eager-part.txt": mvapich2_all_parameters_part,
+    _MGPM7 + "cuda-parameters-end-and-run-part.txt": mvapich2_gdr_parameters_part,
+    "mvapich2/kisti-nurion-mvapich2-x2.3.3-psm2-knl-show-env-info.txt": mvapich2_x_psm2,
 }
 
 

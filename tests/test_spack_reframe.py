@@ -89,6 +89,24 @@ def test_dry_run_honours_partition_settings_overridden_by_environment(tmp_path):
     assert "install_tree" not in text  # the site's or Spack's own tree, never the stage
 
 
+def test_develop_source_shared_by_two_mpis_is_refused_before_any_spack_command(tmp_path):
+    # What `spack develop osu-micro-benchmarks` leaves in the checkout's spack.yaml.
+    manifest = tmp_path / "spack.yaml"
+    manifest.write_text((REPO / "spack.yaml").read_text() + "  develop:\n"
+                        "    osu-micro-benchmarks:\n      spec: osu-micro-benchmarks@=7.2\n")
+    env = {**_no_spack_env(), "FABREG_PROVIDER": "spack", "FABREG_SPACK_WITHOUT": "mvapich2",
+           "FABREG_SPACK_MANIFEST": str(manifest), "FABREG_SPACK_INSTALL_TREE": ""}
+    proc = run_reframe("--dry-run", "-n", "OsuLatency", "-p", "openmpi",
+                       perflog_dir=tmp_path / "p", cwd=tmp_path, env=env)
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0, out[-3000:]
+    assert ("spack.yaml develops osu-micro-benchmarks from one source directory "
+            "(<env>/osu-micro-benchmarks) for 2 MPI builds (mpich netmod=ucx, openmpi "
+            "fabrics=ucx)") in out
+    assert not list(tmp_path.glob("stage/**/SpackStack_*/rfm_job.sh"))  # no Spack script
+    assert "Traceback" not in out
+
+
 def test_unknown_provider_is_one_clear_error(tmp_path):
     env = {**_no_spack_env(), "FABREG_PROVIDER": "conda"}
     proc = run_reframe("--dry-run", "-n", "OsuLatency", perflog_dir=tmp_path / "p",

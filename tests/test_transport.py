@@ -316,11 +316,17 @@ _MV2_HEAD = ("\n MVAPICH2-2.3.7 Parameters\n"
              "\tHETEROGENEOUS HCA              : NO\n")
 _MV2_IB = ("\tMV2_VBUF_TOTAL_SIZE            : 8192\n"
            "\tMV2_IBA_EAGER_THRESHOLD        : 8192\n")
+# mv2_show_all_params() lists every tunable, the InfiniBand ones even on an SMP-only run.
 _MV2_TAIL = ("\tMV2_SMP_EAGERSIZE              : 8193\n"
+             "\tTuning Table:                  : MV2_ARCH_INTEL_GENERIC MV2_HCA_MLX_CX_EDR\n"
              "---------------------------------------------------------------------\n"
              "\n MVAPICH2 All Parameters\n"
+             "\tMV2_IBA_EAGER_THRESHOLD             : 8192\n"
              "\tMV2_USE_UD_HYBRID                   : {hybrid}\n"
-             "\tMV2_USE_ONLY_UD                     : {only_ud}\n")
+             "\tMV2_USE_ONLY_UD                     : {only_ud}\n"
+             "---------------------------------------------------------------------\n"
+             "# OSU MPI Latency Test v7.2\n"
+             "  ignored after the report  : 1\n")
 
 
 def _mv2(ib: bool, only_ud: int = 0, hybrid: int = 0) -> str:
@@ -332,8 +338,13 @@ def test_mvapich2_report_parser():
     assert report.version == "2.3.7"
     assert report.fields["HCA NAME"] == "MV2_HCA_MLX_CX_EDR"
     assert report.flag("MV2_USE_ONLY_UD") is True and report.flag("MV2_USE_UD_HYBRID") is False
-    assert not report.smp_only
-    assert mvapich2_report(_mv2(ib=False)).smp_only
+    assert not report.smp_only and report.channel == "mrail"
+    assert report.fields["Tuning Table"] == "MV2_ARCH_INTEL_GENERIC MV2_HCA_MLX_CX_EDR"
+    assert report.all_params == {"MV2_IBA_EAGER_THRESHOLD": "8192", "MV2_USE_UD_HYBRID": "0",
+                                 "MV2_USE_ONLY_UD": "1"}
+    # SMP only: the Parameters block has no InfiniBand settings (All Parameters still does).
+    smp = mvapich2_report(_mv2(ib=False))
+    assert smp.smp_only and smp.channel == "smp"
     assert mvapich2_report("8 1.0\n") is None
 
 
@@ -347,6 +358,10 @@ def test_verify_mvapich2():
         "asked for ucx_rc but traffic went over ucx_ud (MVAPICH2-2.3.7 report: HCA channel open")
     assert t.verify(rc, _mv2(ib=True, hybrid=1)).used == "ucx_rc+ucx_ud"
     assert t.verify(shm, _mv2(ib=False)).ok
+    psm = t.Inventory("mvapich2", mpi_device="ch3:psm", rdma_devices=("hfi1_0",))
+    assert t.availability_problem("mvapich2", "ucx_rc", psm) == (
+        "MVAPICH2 here is a ch3:psm build (Omni-Path/TrueScale PSM): it has no InfiniBand "
+        "verbs channel")
     sock = t.launch_spec("mvapich2", "tcp", nodes=2,
                          inventory=t.Inventory("mvapich2", mpi_device="ch3:sock"))
     assert t.verify(sock, "# OSU MPI Latency Test v7.2\n8 20.1\n").used == "tcp"

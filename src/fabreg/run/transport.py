@@ -187,7 +187,8 @@ class Inventory:
     #: Open MPI components as (framework, name), from ``ompi_info --parsable``.
     ompi_components: frozenset[tuple[str, str]] | None = None
     mpi_version: tuple[int, ...] | None = None
-    #: MPICH/MVAPICH2 device (``ch4:ucx``, ``ch3:mrail``, ``ch3:sock``), from hydra ``-info``.
+    #: MPICH/MVAPICH2 device (``ch4:ucx``, ``ch3:mrail``, ``ch3:sock``), from hydra ``-info``
+    #: or MVAPICH2's ``mpiname -a``.
     mpi_device: str | None = None
     #: RDMA devices of the host (``/sys/class/infiniband``).
     rdma_devices: tuple[str, ...] | None = None
@@ -419,10 +420,17 @@ def detect(mpi: str = "", launcher_argv: Sequence[str] | None = None, *,
             if status == 0:
                 components = frozenset(inv.ompi_components(out))
                 version = inv.ompi_version(out)
-    elif launcher and os.path.basename(launcher).startswith("mpiexec"):
-        status, out = _run((launcher, "-info"))
-        if status == 0:
-            device = inv.hydra_device(out)
+    else:
+        # MVAPICH2's `mpiname -a` names the device whatever the launcher (mpirun_rsh, srun).
+        mpiname = _sibling(launcher, "mpiname") if mpi == "mvapich2" else None
+        if mpiname:
+            status, out = _run((mpiname, "-a"))
+            if status == 0:
+                device = inv.hydra_device(out)
+        if device is None and launcher and os.path.basename(launcher).startswith("mpiexec"):
+            status, out = _run((launcher, "-info"))
+            if status == 0:
+                device = inv.hydra_device(out)
     rdma = tuple(sorted(os.listdir(rdma_sysfs))) if os.path.isdir(rdma_sysfs) else ()
     return Inventory(mpi, ucx, ucx_problem, components, version, device, rdma,
                      frozenset(declared) if declared is not None else None)
@@ -498,6 +506,9 @@ def _mvapich2_problem(transport: str, inventory: Inventory, net: NetConfig) -> s
     if transport in ("ucx_rc", "ucx_ud"):
         if device in _MV2_SOCKET_DEVICES:
             return f"MVAPICH2 here is a {device} build: it has no InfiniBand channel"
+        if device and device.startswith("ch3:psm"):
+            return (f"MVAPICH2 here is a {device} build (Omni-Path/TrueScale PSM): it has no "
+                    "InfiniBand verbs channel")
         if not inventory.rdma_devices:
             return "no RDMA device on this host (/sys/class/infiniband is empty or absent)"
         missing = [d for d in net.rdma_devices if d.split(":")[0] not in inventory.rdma_devices]
@@ -506,7 +517,8 @@ def _mvapich2_problem(transport: str, inventory: Inventory, net: NetConfig) -> s
                     f"(have: {', '.join(inventory.rdma_devices)})")
         return None
     if transport == "tcp" and device not in _MV2_SOCKET_DEVICES:
-        what = f"this one is {device}" if device else "mpiexec -info names no ch3:sock device"
+        what = (f"this one is {device}" if device
+                else "neither `mpiname -a` nor `mpiexec -info` names ch3:sock")
         return f"MVAPICH2 runs TCP only from a socket-channel build (ch3:sock); {what}"
     return None
 
@@ -577,8 +589,14 @@ def observed(spec: LaunchSpec, output: str) -> tuple[set[str], list[str], list[s
 
 
 def _mvapich2_classes(report: Mvapich2Report) -> set[str]:
-    if report.smp_only:
+    """The transports the report shows; none when it lacks its Parameters block."""
+    channel = report.channel
+    if channel is None:
+        return set()
+    if channel == "smp":
         return {"shm"}
+    if channel == "psm":
+        return {"psm"}  # Omni-Path/TrueScale: none of fabreg's transports
     if report.flag("MV2_USE_ONLY_UD"):
         return {"ucx_ud"}
     if report.flag("MV2_USE_UD_HYBRID"):
@@ -586,11 +604,17 @@ def _mvapich2_classes(report: Mvapich2Report) -> set[str]:
     return {"ucx_rc"}
 
 
+_MV2_MODES = {"smp": "SMP only", "mrail": "HCA channel open", "psm": "PSM channel (Omni-Path)",
+              None: "no Parameters block, channel unknown"}
+
+
 def _describe_mv2(report: Mvapich2Report) -> str:
     keys = ("HCA NAME", "MV2_USE_ONLY_UD", "MV2_USE_UD_HYBRID", "MV2_USE_SHARED_MEM")
-    shown = [f"{k}={report.fields[k]}" for k in keys if k in report.fields]
-    mode = "SMP only" if report.smp_only else "HCA channel open"
-    return f"MVAPICH2-{report.version} report: {mode}" + (f" ({', '.join(shown)})" if shown else "")
+    values = {**report.fields, **report.all_params}
+    shown = [f"{k}={values[k]}" for k in keys if k in values]
+    name = f"MVAPICH2-{report.version}" if report.version else "MVAPICH2"
+    return (f"{name} report: {_MV2_MODES[report.channel]}"
+            + (f" ({', '.join(shown)})" if shown else ""))
 
 
 def verify(spec: LaunchSpec, output: str, *, placement: bool = True) -> Verification:

@@ -5,7 +5,9 @@ repository's ``spack.yaml``, paths made absolute) into its stage, concretizes an
 installs it into a shared install tree (so a second session, or a second partition
 on the same tree, installs nothing), then records which spec was built for which
 MPI, and copies spack.lock, spack.yaml and that record into its output directory
-whether the session's checks pass or not. The
+whether the session's checks pass or not. Before any Spack command it refuses an
+environment whose ``develop:`` entry would build one source tree for two MPIs
+(``fabreg.run.spack_env``); after the install it checks the same on what was built. The
 environment-scoped binaries fixtures pick their benchmark from that record; the
 spec's DAG hash and the ``spack.lock`` digest go into every perflog line, so a
 rebuilt benchmark shows up as a build change in trend review.
@@ -45,7 +47,7 @@ from reframe.core.logging import getlogger
 from reframe.core.runtime import runtime
 
 from fabreg.errors import FabregError
-from fabreg.run import providers
+from fabreg.run import providers, spack_env
 
 #: Directory (in the fixture's stage) of the Spack environment made from spack.yaml.
 ENV_DIR = "rfm_spack_env"
@@ -186,6 +188,14 @@ def shared_develop_sources(develop_yaml: str, records: list[SpackSpec]) -> str |
     return None
 
 
+def develop_refusal(manifest: str, environ: dict[str, str]) -> str | None:
+    """``spack_env.develop_conflict`` of the environment the fixture writes (and its includes)."""
+    included = [path.read_text(errors="replace")
+                for path in spack_env.include_paths(manifest, environ, Path.cwd())
+                if path.is_file()]
+    return spack_env.develop_conflict(manifest, environ, included)
+
+
 def _say_once(key: str, message: str) -> None:
     if key not in _said:
         _said.add(key)
@@ -264,11 +274,18 @@ class SpackStack(rfm.RunOnlyRegressionTest):
             site = site_config(self.current_system.name, part.extras)
         except FabregError as err:
             raise ReframeError(str(err)) from None
-        self.active = True
-        self.reason = f"Spack ({how})" if exe else f"Spack (dry run; {how})"
         without = _setting(part.extras, "spack_without", "FABREG_SPACK_WITHOUT") or []
         if isinstance(without, str):
             without = without.split()
+        environ = {**os.environ, "FABREG_SPACK_WITHOUT": " ".join(without)}
+        if site:
+            environ["FABREG_SPACK_SITE_CONFIG"] = site
+        written = absolute_manifest(manifest)
+        shared = develop_refusal(written, environ)
+        if shared:  # before any Spack command: the builds would overwrite each other
+            raise ReframeError(shared)
+        self.active = True
+        self.reason = f"Spack ({how})" if exe else f"Spack (dry run; {how})"
         env_vars = {"FABREG_SPACK_WITHOUT": shlex.quote(" ".join(without))}
         if site:
             env_vars["FABREG_SPACK_SITE_CONFIG"] = shlex.quote(site)
@@ -278,7 +295,7 @@ class SpackStack(rfm.RunOnlyRegressionTest):
         tree = _setting(part.extras, "spack_install_tree", "FABREG_SPACK_INSTALL_TREE")
         envdir = Path(self.stagedir, ENV_DIR)
         envdir.mkdir(parents=True, exist_ok=True)
-        (envdir / "spack.yaml").write_text(absolute_manifest(manifest))
+        (envdir / "spack.yaml").write_text(written)
         self.prerun_cmds = spack_commands(tree)
         self.executable = "spack"
         self.executable_opts = ["-e", ENV_DIR, "install", "--fail-fast"]

@@ -59,7 +59,10 @@ def ompi_version(text: str) -> tuple[int, ...] | None:
 
 
 def hydra_device(text: str) -> str | None:
-    """The MPICH device a hydra ``mpiexec -info`` was configured with, e.g. ``ch4:ucx``."""
+    """The device an MPICH-family build was configured with (``--with-device=``), e.g. ``ch4:ucx``.
+
+    Read from hydra's ``mpiexec -info`` or MVAPICH2's ``mpiname -a`` (its configure line).
+    """
     m = _HYDRA_DEVICE.search(text)
     return m["device"] if m else None
 

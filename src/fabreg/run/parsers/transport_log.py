@@ -13,8 +13,14 @@ Three sources, each switched on by ``fabreg.run.transport`` when it builds a lau
   those lanes carry nothing between ranks and are not evidence.
 - OpenMPI's ob1 PML at ``btl_base_verbose 100`` prints, per peer,
   ``mca: bml: Using tcp btl for send to [[16619,1],0] on node vm``.
-- MVAPICH2 at ``MV2_SHOW_ENV_INFO=2`` prints a ``MVAPICH2-<version> Parameters``
-  block (``NAME : value`` lines) followed by ``MVAPICH2 All Parameters``.
+- MVAPICH2 at ``MV2_SHOW_ENV_INFO=2`` prints (rank 0, stderr) a ``MVAPICH2-<version>
+  Parameters`` block of ``NAME : value`` lines (``mv2_print_env_info``), then a
+  ``MVAPICH2 All Parameters`` block (``mv2_show_all_params``), and with CUDA a
+  ``MVAPICH2 GDR Parameters`` block; each ends with a rule. Only the first
+  block tells the channel: the InfiniBand (mrail) channel adds its eager and
+  fast-path settings there when it opened an HCA, the PSM channel (Omni-Path,
+  TrueScale) prints ``HFI Eagersize``. The second block lists every tunable,
+  ``MV2_IBA_EAGER_THRESHOLD`` included, whether or not an HCA was opened.
 
 These lines interleave with the benchmark's own output (UCX writes to stdout,
 OpenMPI's verbose output to stderr); the parsers pick out only their lines.
@@ -23,7 +29,7 @@ OpenMPI's verbose output to stderr); the parsers pick out only their lines.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # "ep_cfg[1]: tag(...)" (UCX <= 1.13) or "<name> self|intra-node|inter-node cfg#2 tag(...)"
 _UCX_EP_CONFIG = re.compile(
@@ -38,7 +44,12 @@ _OB1_BTL = re.compile(r"mca: bml: Using (?P<btl>\w+) btl for send to \S+")
 _UCX_HOST = re.compile(r"^\[[\d.]+\]\s+\[(?P<host>[^:\]\s]+):\s*\d+\s*:\s*\w+\s*\]")
 _OB1_HOST = re.compile(r"^\[(?P<host>[^:\]\s]+):\d+\] mca: bml: Using (?!self btl)")
 _MV2_HEADER = re.compile(r"^\s*MVAPICH2-(?P<version>\S+) Parameters\s*$")
-_MV2_FIELD = re.compile(r"^\s+(?P<name>[A-Za-z0-9_ :]+?)\s*:\s*(?P<value>.*?)\s*$")
+_MV2_BLOCK = re.compile(r"^\s*MVAPICH2 (?:All|GDR) Parameters\s*$")
+_MV2_RULE = re.compile(r"^-{20,}\s*$")
+# "\tHCA NAME      : MV2_HCA_MLX_CX_EDR", "\tTuning Table:    : MV2_ARCH_... MV2_HCA_..."
+# (the label keeps its colon), MVAPICH2-X's " - MV2_USE_CMA_COLL_BCAST : 0" sub-items.
+_MV2_FIELD = re.compile(
+    r"^\s+(?:-\s+)?(?P<name>[A-Za-z0-9_][A-Za-z0-9_ ]*?):?\s+:\s*(?P<value>.*?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -108,35 +119,73 @@ def ob1_btls(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Mvapich2Report:
-    """MVAPICH2's environment report (``MV2_SHOW_ENV_INFO``): its version and fields."""
+    """MVAPICH2's environment report (``MV2_SHOW_ENV_INFO``).
 
-    version: str
+    ``fields`` is the ``Parameters`` block, ``all_params`` the ``All Parameters``
+    and ``GDR Parameters`` blocks; ``version`` is None for an excerpt that starts
+    below the header line.
+    """
+
+    version: str | None
     fields: dict[str, str]
+    all_params: dict[str, str] = field(default_factory=dict)
 
     @property
-    def smp_only(self) -> bool:
-        """MVAPICH2 prints the InfiniBand channel's settings only when it opened the HCA."""
-        return "MV2_IBA_EAGER_THRESHOLD" not in self.fields
+    def channel(self) -> str | None:
+        """``mrail`` (HCA opened), ``smp`` (no HCA), ``psm``; None without the Parameters block."""
+        if "HFI Eagersize" in self.fields or "PSM2_MQ_RNDV_HFI_THRESH" in self.fields:
+            return "psm"
+        if "MV2_IBA_EAGER_THRESHOLD" in self.fields:
+            return "mrail"
+        return "smp" if "PROCESSOR ARCH NAME" in self.fields else None
+
+    @property
+    def smp_only(self) -> bool | None:
+        """No network channel: the InfiniBand settings are absent from the Parameters block.
+
+        None when the report has no Parameters block (an excerpt of ``All
+        Parameters`` lists the InfiniBand tunables even on an SMP-only run).
+        """
+        channel = self.channel
+        return None if channel is None else channel == "smp"
 
     def flag(self, name: str) -> bool | None:
         """A 0/1 parameter as bool; None when the report does not list it."""
-        value = self.fields.get(name)
+        value = self.all_params.get(name, self.fields.get(name))
         return None if value is None else value.strip() not in ("", "0")
 
 
 def mvapich2_report(text: str) -> Mvapich2Report | None:
-    """The first MVAPICH2 environment report in ``text`` (rank 0 prints it), if any."""
+    """The first MVAPICH2 environment report in ``text`` (rank 0 prints it), if any.
+
+    Without a ``MVAPICH2-<version> Parameters`` header (a posted excerpt), the
+    report starts at its first field, ``PROCESSOR ARCH NAME``, or at an ``All``/
+    ``GDR Parameters`` line. A block ends at the rule under its fields; lines
+    between blocks (the benchmark's own) are not the report's.
+    """
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if _MV2_HEADER.match(line)), None)
     version = None
+    if start is not None:
+        version = _MV2_HEADER.match(lines[start])["version"]
+        start += 1
+    else:
+        start = next((i for i, line in enumerate(lines) if _MV2_BLOCK.match(line) or (
+            (m := _MV2_FIELD.match(line)) and m["name"] == "PROCESSOR ARCH NAME")), None)
+        if start is None:
+            return None
     fields: dict[str, str] = {}
-    for line in text.splitlines():
-        if version is None:
-            m = _MV2_HEADER.match(line)
-            if m:
-                version = m["version"]
-            continue
+    all_params: dict[str, str] = {}
+    block: dict[str, str] | None = fields
+    listed = 0
+    for line in lines[start:]:
         if _MV2_HEADER.match(line):
             break
-        m = _MV2_FIELD.match(line)
-        if m:
-            fields.setdefault(m["name"].strip(), m["value"])
-    return Mvapich2Report(version, fields) if version else None
+        if _MV2_BLOCK.match(line):
+            block, listed = all_params, 0
+        elif _MV2_RULE.match(line):
+            block = None if listed else block
+        elif block is not None and (m := _MV2_FIELD.match(line)):
+            block.setdefault(m["name"], m["value"])
+            listed += 1
+    return Mvapich2Report(version, fields, all_params)
