@@ -19,7 +19,7 @@ from conftest import REPO, fabreg, reframe_binary
 
 from fabreg.review.store import Store
 
-CHECK = REPO / "tests" / "data" / "checks" / "fake_fabric.py"
+CHECK = REPO / "tests" / "data" / "checks" / "scaled_perflog.py"
 pytestmark = pytest.mark.slow
 
 SYSTEM = """
@@ -70,7 +70,7 @@ def stored(tmp: Path, perflogs: Path) -> list:
 
 def test_reframe_default_format_is_read(tmp_path):
     perflogs = run(tmp_path, DEFAULT_CONFIG)
-    (log,) = perflogs.rglob("FakeFabricLatency.log")
+    (log,) = perflogs.rglob("ScaledPerflogLatency.log")
     header = log.read_text().splitlines()[0]
     assert header.startswith("result|job_completion_time|")  # ReFrame's default, unchanged
     assert "latency_8B_result" not in header and "job_completion_time_unix" in header
@@ -89,7 +89,7 @@ def test_reframe_default_format_is_read(tmp_path):
 
 def test_a_site_format_with_fewer_columns_is_read(tmp_path):
     perflogs = run(tmp_path, SITE_CONFIG)
-    (log,) = perflogs.rglob("FakeFabricLatency.log")
+    (log,) = perflogs.rglob("ScaledPerflogLatency.log")
     assert log.parent.parent.name == "site" and log.parent.name == "batch"
     assert log.read_text().splitlines()[0].startswith("name|job_completion_time|transport|")
     series = stored(tmp_path, perflogs)

@@ -1,7 +1,7 @@
 """End to end on perflogs and a results DB written by a real ReFrame run.
 
 Runs ReFrame (this project's reframe-config.py, FABREG_PERFLOG_DIR pointing to a
-temporary directory) on tests/data/checks/fake_fabric.py: two sessions with
+temporary directory) on tests/data/checks/scaled_perflog.py: two sessions with
 different session extras, the second 30 % slower; then a third session after the
 check gained a column, so ReFrame rotates the old file to ``.log.h0``.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, fabreg, reframe_binary
 
-CHECK = REPO / "tests" / "data" / "checks" / "fake_fabric.py"
+CHECK = REPO / "tests" / "data" / "checks" / "scaled_perflog.py"
 pytestmark = pytest.mark.slow
 
 
@@ -40,7 +40,7 @@ def real_run(tmp_path_factory) -> Path:
     reframe(tmp, CHECK, "--session-extras", "change=fw-2.0", "--reruns", "3")
     # --repeat is what the acceptance mode uses: repeats in one session, same test names.
     reframe(tmp, CHECK, "--session-extras", "change=fw-2.1", "--repeat", "4", "-S", "scale=1.3")
-    grown = tmp / "checks" / "fake_fabric.py"
+    grown = tmp / "checks" / "scaled_perflog.py"
     grown.parent.mkdir()
     grown.write_text(CHECK.read_text().replace(
         "    executable = 'printf'",
@@ -51,13 +51,13 @@ def real_run(tmp_path_factory) -> Path:
 
 
 def test_rotated_header_files_and_results_db_are_ingested_once(real_run: Path):
-    logs = sorted(p.name for p in (real_run / "perflogs").rglob("FakeFabricLatency.log*"))
-    assert logs == ["FakeFabricLatency.log", "FakeFabricLatency.log.h0"]
+    logs = sorted(p.name for p in (real_run / "perflogs").rglob("ScaledPerflogLatency.log*"))
+    assert logs == ["ScaledPerflogLatency.log", "ScaledPerflogLatency.log.h0"]
     db = real_run / "fabreg.db"
     proc = fabreg("ingest", str(real_run / "perflogs"), db=db, check=True)
     # 2 transports x 3 perf variables; 8 runs in the .h0 file, 1 in the new one.
     lines = sum(len(p.read_text().splitlines()) - 1
-                for p in (real_run / "perflogs").rglob("FakeFabricLatency.log*"))
+                for p in (real_run / "perflogs").rglob("ScaledPerflogLatency.log*"))
     assert lines == 2 * (4 + 4 + 1)
     assert f"{lines * 3} new value(s)" in proc.stdout
     again = fabreg("ingest", str(real_run / "perflogs"), db=db, check=True)
@@ -106,7 +106,7 @@ def test_compare_trends_report_export_on_real_perflogs(real_run: Path, tmp_path:
     assert "wrote" in exp.stdout
     text = (tmp_path / "f.prom").read_text()
     lat8 = [line for line in text.splitlines() if line.startswith("fabreg_latency_us{")
-            and 'test="FakeFabricLatency"' in line and 'perfvar="latency_8B"' in line]
+            and 'test="ScaledPerflogLatency"' in line and 'perfvar="latency_8B"' in line]
     # One sample per series: 2 transports x 2 (without/with the provider column).
     assert len(lat8) == 4 and all('benchmark="osu_latency"' in line and 'size="8"' in line
                                   for line in lat8), lat8

@@ -214,3 +214,18 @@ def test_page_renders_in_a_browser_with_the_network_cut(report_dir: Path):
     drawn = np.nonzero(_matches(pixels[top:top + png.shape[0]]))
     assert abs((drawn[1].max() - drawn[1].min()) - (in_png[1].max() - in_png[1].min())) <= 2
     assert abs((drawn[0].max() - drawn[0].min()) - (in_png[0].max() - in_png[0].min())) <= 2
+
+
+def test_still_open_says_which_change_the_verdict_comes_from():
+    """A suspect after a regression leaves the regression open; a suspect says how many of
+    the runs it needs confirm its level (docs/trends.md, confirmation rule)."""
+    from fabreg.review import trends
+
+    x = np.concatenate([10.0 * np.exp(np.random.default_rng(4).normal(0, 0.02, 60)),
+                        12.0 * np.exp(np.random.default_rng(5).normal(0, 0.02, 30)),
+                        [18.0, 18.3]])
+    verdict, changes, _ = trends.detect_values(x, lower_better=True)
+    v = trends.SeriesVerdict(None, verdict, changes)  # type: ignore[arg-type]
+    regression, suspect = changes
+    assert report.still_open(v, regression).startswith("open; then a suspect +")
+    assert report.still_open(v, suspect) == "suspect: 2 of 3 runs confirm the new level"

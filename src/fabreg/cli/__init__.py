@@ -1,8 +1,10 @@
 """`fabreg` command line: a thin dispatcher over subcommand modules.
 
-Each module in COMMAND_MODULES exposes ``register(subparsers)``, which adds its
-subcommand(s) and sets ``func`` on the parser; the function receives the parsed
-namespace and returns an exit status.
+Each module in COMMANDS exposes ``register(subparsers)``, which adds its subcommand(s)
+and sets ``func`` on the parser; the function receives the parsed namespace and returns
+an exit status. Only the module of the subcommand given is imported (all of them for
+``fabreg --help`` or an unknown name): a command pays for its own imports only, so
+``fabreg ingest`` of one night does not load matplotlib, numpy or prometheus-client.
 """
 
 from __future__ import annotations
@@ -16,41 +18,57 @@ from collections.abc import Sequence
 from fabreg import __version__
 from fabreg.errors import FabregError
 
-COMMAND_MODULES: tuple[str, ...] = (
+#: Subcommand -> the module that registers it (tests/test_cli_dispatch.py checks this table
+#: against what the modules register).
+COMMANDS: dict[str, str] = {
     # review side (issue 5): perflogs -> store -> verdicts, reports, metrics
-    "fabreg.cli.ingest",
-    "fabreg.cli.trends",
-    "fabreg.cli.compare",
-    "fabreg.cli.report",
-    "fabreg.cli.export",
+    "ingest": "fabreg.cli.ingest",
+    "sessions": "fabreg.cli.sessions",
+    "trends": "fabreg.cli.trends",
+    "compare": "fabreg.cli.compare",
+    "report": "fabreg.cli.report",
+    "export": "fabreg.cli.export",
+    "serve-metrics": "fabreg.cli.export",
     # the nightly in one command: reframe, ingest, trends gate, report, Prometheus textfile
-    "fabreg.cli.nightly",
+    "nightly": "fabreg.cli.nightly",
     # checks/references/<system>.yaml from stored runs
-    "fabreg.cli.references",
+    "references": "fabreg.cli.references",
     # workloads (issue 6): fabric counters, bounded stress traffic
-    "fabreg.cli.counters",
-    "fabreg.cli.stress",
+    "counters": "fabreg.cli.counters",
+    "stress": "fabreg.cli.stress",
     # the emulated Slurm cluster (issue 4)
-    "fabreg.cli.cluster",
+    "cluster": "fabreg.cli.cluster",
     # where a fault is (issue 14): the sweep's suspects
-    "fabreg.cli.isolate",
-)
+    "isolate": "fabreg.cli.isolate",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (the first word that is not an option), if known."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with ``command``'s subcommands, or with every subcommand if None."""
     parser = argparse.ArgumentParser(
         prog="fabreg",
         description="HPC interconnect regression suite: perflog review and test-cluster tools.",
     )
     parser.add_argument("--version", action="version", version=f"fabreg {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    modules = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(
+        COMMANDS.values()))
+    for name in modules:
         importlib.import_module(name).register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(command_of(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -1,16 +1,18 @@
-"""``fabreg ingest PATH...`` and ``fabreg sessions``: fill and inspect the store."""
+"""``fabreg ingest PATH...``: fill the store with what is new in the perflogs and results DBs.
+
+Imports only what reading and storing need (no numpy, no plotting): appending one night
+to a large store costs the new lines, not the start-up of the whole review side.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
 from fabreg.review import filemarks, perflog
-from fabreg.review.compare import list_sessions
 from fabreg.review.progress import Progress
 from fabreg.review.store import IngestCount, Store
 
@@ -36,10 +38,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="read every file from its start, ignoring what earlier ingests read")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress, summary only")
     p.set_defaults(func=run_ingest)
-
-    s = subparsers.add_parser("sessions", help="list the sessions in the store")
-    add_db_argument(s)
-    s.set_defaults(func=run_sessions)
 
 
 class _Tally:
@@ -146,13 +144,3 @@ def _report_problems(tally: _Tally, show_all: bool) -> int:
                   "(--all-problems lists every one)", file=sys.stderr)
     return total
 
-
-def run_sessions(args: argparse.Namespace) -> int:
-    with Store(db_path(args.db), create=False) as store:
-        all_series = store.load()
-        known = store.sessions()
-    for info in list_sessions(all_series, known):
-        when = datetime.fromtimestamp(info.start, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        extras = " ".join(f"{k}={v}" for k, v in sorted(info.extras.items()))
-        print(f"{info.id}  {when}  {extras}".rstrip())
-    return 0

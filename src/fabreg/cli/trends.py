@@ -85,8 +85,8 @@ def run(args: argparse.Namespace) -> int:
                 rows.append((v, c, t))
     gating = (trends.REGRESSION, trends.SUSPECT) if args.fail_on == "suspect" else (
         trends.REGRESSION,)
-    open_regressions = [v for v in verdicts if v.verdict in gating
-                        and float(v.series.time[v.changes[-1].index]) >= since]
+    open_regressions = [v for v in verdicts if v.verdict in gating and v.deciding
+                        and float(v.series.time[v.deciding.index]) >= since]
     if args.format == "json":
         print(json.dumps([{"series": v.series.key.as_json_object(), "time": iso(t),
                            "shift_pct": round(c.shift_pct, 3), "verdict": c.verdict}
@@ -110,5 +110,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"{len(verdicts)} series: {summary or 'none'}; "
           f"{sum(v.open_regression for v in verdicts)} open regression(s), "
           f"{sum(v.suspect for v in verdicts)} suspect(s) awaiting "
-          f"{trends.CONFIRM_RUNS} runs at the new level")
+          f"{trends.CONFIRM_RUNS} runs that confirm the new level")
     return 1 if open_regressions else 0

@@ -307,8 +307,8 @@ def summarise(verdicts: list[SeriesVerdict], check_verdicts: dict[int, str]) -> 
         said = newest_verdict(v.series, check_verdicts)
         if said in flagged:
             flagged[said].append(v)
-    worst_first = sorted(verdicts, key=lambda v: -abs(v.changes[-1].shift_pct)
-                         if v.changes else 0.0)
+    worst_first = sorted(verdicts, key=lambda v: -abs(v.deciding.shift_pct)
+                         if v.deciding else 0.0)
     return Summary([v for v in worst_first if v.verdict == REGRESSION],
                    [v for v in worst_first if v.verdict == SUSPECT], flagged, dict(counts))
 
@@ -320,10 +320,11 @@ def still_open(v: SeriesVerdict, c: Change) -> str:
     last = v.changes[-1]
     if c is last:
         if c.verdict == SUSPECT:
-            at_new = len(v.series) - c.index
-            return f"suspect: {at_new} of {CONFIRM_RUNS} runs at the new level"
+            return f"suspect: {c.confirming} of {CONFIRM_RUNS} runs confirm the new level"
         return "open"
     following = v.changes[v.changes.index(c) + 1]
+    if c is v.deciding:  # a regression that a suspect worsening follows
+        return f"open; then a suspect {following.shift_pct:+.1f} %"
     when = _iso(float(v.series.time[following.index]))[:10]
     return f"no: {following.verdict} {following.shift_pct:+.1f} % on {when}"
 
@@ -406,8 +407,8 @@ def _count_rows(verdicts: list[SeriesVerdict], summary: Summary) -> list[tuple[s
     """(what, how many, css class) for the summary's count table."""
     return [
         ("open regressions", len(summary.open_regressions), REGRESSION),
-        (f"suspects (fewer than {CONFIRM_RUNS} runs at a worse level)", len(summary.suspects),
-         SUSPECT),
+        (f"suspects (a worse level not yet confirmed by {CONFIRM_RUNS} runs)",
+         len(summary.suspects), SUSPECT),
         ("inconclusive newest value (the host interfered)", len(summary.flagged["inconclusive"]),
          "inconclusive"),
         ("flaky newest value (a failure that did not reproduce)", len(summary.flagged["flaky"]),
@@ -423,9 +424,9 @@ def _count_rows(verdicts: list[SeriesVerdict], summary: Summary) -> list[tuple[s
 def _summary_lists(summary: Summary) -> list[tuple[str, str, list[tuple[SeriesVerdict, str]]]]:
     """(heading, css class, [(series verdict, detail)]) for each non-empty list."""
     def moved(v: SeriesVerdict) -> str:
-        c = v.changes[-1]
+        c = v.deciding or v.changes[-1]
         return (f"{c.shift_pct:+.1f} % since {_iso(float(v.series.time[c.index]))} "
-                f"({len(v.series) - c.index} run(s) at the new level)")
+                f"({len(v.series) - c.index} run(s) since)")
 
     def newest(v: SeriesVerdict) -> str:
         return f"newest run {_iso(float(v.series.time[-1]))}, session {v.series.session[-1]}"

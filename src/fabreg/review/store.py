@@ -21,16 +21,25 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from fabreg.errors import FabregError
 from fabreg.review.filemarks import FileMark
 from fabreg.review.perflog import Run, RunLink, Sample, Session
 
+if TYPE_CHECKING:  # numpy is imported by the readers that build arrays: `fabreg ingest`
+    import numpy as np  # only writes, and numpy's import costs more than a night's values
+
 DEFAULT_DB = os.path.join("perflogs", "fabreg.db")
 #: Seconds to wait for another process's write lock before giving up.
 DEFAULT_TIMEOUT = 60.0
+#: Pages the WAL may hold before a commit copies them into the store (SQLite's default is
+#: 1,000). A night appended to a large store touches about one page per series (10,000
+#: series: 60 MB of WAL): with the default, a dozen checkpoints of two fsyncs each; with this,
+#: one when the store is closed. The WAL file is deleted after that final checkpoint. A commit
+#: not yet checkpointed that a power loss takes away is read again by the next ingest (its
+#: file mark went with it).
+WAL_CHECKPOINT_PAGES = 32768
 #: Runs without a results-DB session belong to the same derived session while
 #: consecutive runs are less than this many seconds apart.
 SESSION_GAP = 3600.0
@@ -204,6 +213,7 @@ class Store:
             # WAL + NORMAL: durable at each commit's checkpoint, much faster ingest.
             self.conn.execute("PRAGMA synchronous = NORMAL")
             self.conn.execute("PRAGMA cache_size = -65536")
+            self.conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
             self._setup(create)
         except sqlite3.DatabaseError as err:
             raise self._error(err) from None
@@ -417,6 +427,8 @@ class Store:
     @staticmethod
     def _series_data(rows: list[tuple], keys: dict[int, SeriesKey], run_session: dict[int, str],
                      run_job: dict[int, str]) -> SeriesData:
+        import numpy as np  # the readers only (see the imports)
+
         sid, time, run, value, ref, lower, upper, result, unit = zip(*rows)
         return SeriesData(
             id=sid[0], key=keys[sid[0]], unit=unit[-1],
@@ -489,6 +501,8 @@ class Store:
 
     def load(self) -> list[SeriesData]:
         """Every series with its values, sessions resolved (results DB, else derived)."""
+        import numpy as np  # the readers only (see the imports)
+
         keys = {}
         for sid, test, system, partition, environ, perfvar, params in self._query(
                 "SELECT id, test, system, partition, environ, perfvar, params FROM series"):
@@ -531,6 +545,8 @@ def derive_sessions(times: np.ndarray, gap: float = SESSION_GAP) -> dict[float, 
     than ``gap`` seconds apart. The session is named ``run-<UTC start>`` after its
     first run, e.g. ``run-20261121T055749Z``.
     """
+    import numpy as np  # the readers only (see the imports)
+
     if len(times) == 0:
         return {}
     uniq = np.unique(times)

@@ -20,6 +20,9 @@ Method (docs/trends.md has the evidence for choosing it):
 Every change reports the first run at the new level, ``shift_pct`` (relative change
 of the segment means) with a 95 % confidence interval, and whether it is a
 regression or an improvement for this variable (:func:`fabreg.metrics.lower_is_better`).
+A worse change at the end of a series is a regression only once ``CONFIRM_RUNS``
+runs in a row sit at the new level and show the change on their own; until then it
+is a ``suspect``.
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ MIN_RUN = 3
 CLIP_SIGMAS = 3.0
 NOISE_FLOOR = 1e-3  # relative: 0.1 %, so constant series do not divide by zero
 MIN_SHIFT_PCT = 1.0
-#: Runs at a new level that make a change at the end of a series a regression; with fewer it
-#: is a ``suspect``: two odd nights at the end of a stable series are noise until a third
-#: run confirms the level.
+#: Newest runs that must all sit at a worse new level for a change at the end of a series
+#: to be a regression; until they do it is a ``suspect``: two odd nights at the end of a
+#: stable series are noise until a third run confirms the level, and a normal run among the
+#: newest ones says the old level is still there (interference only makes runs worse).
 CONFIRM_RUNS = 3
 
 REGRESSION = "regression"
@@ -61,6 +65,9 @@ class Change:
     verdict: str  # REGRESSION, SUSPECT (a regression not yet confirmed) or IMPROVEMENT
     before: float  # typical value (geometric mean) before and after
     after: float
+    #: the most consecutive runs that confirm the new level (:func:`confirming_runs`);
+    #: CONFIRM_RUNS of them make a worse change at the end of a series a regression
+    confirming: int = 0
 
 
 @dataclass
@@ -69,6 +76,15 @@ class SeriesVerdict:
     verdict: str
     changes: list[Change] = field(default_factory=list)
     noise_pct: float = 0.0
+
+    @property
+    def deciding(self) -> Change | None:
+        """The change the verdict comes from: the last one, or the regression a suspect
+        follows (it is still open: nothing better came after it)."""
+        for c in reversed(self.changes):
+            if c.verdict == self.verdict:
+                return c
+        return self.changes[-1] if self.changes else None
 
     @property
     def open_regression(self) -> bool:
@@ -194,6 +210,30 @@ def first_at_new_level(y: np.ndarray, a: int, k: int, b: int) -> int:
     return k
 
 
+def confirming_runs(y: np.ndarray, a: int, k: int, b: int, sigma: float, tests: int,
+                    alpha: float) -> int:
+    """The most consecutive runs of segment ``y[k:b]`` that confirm its level: each closer to
+    the segment's median than to the old segment's (``y[a:k]``; the test of
+    :func:`first_at_new_level`), and together, by their median alone, a significant change
+    from the old level (the ``tests``-fold Bonferroni-corrected p below ``alpha``). Runs at the
+    old level break a stretch; a stretch that is not significant on its own confirms nothing
+    (three normal-looking runs before two odd nights are not a new level)."""
+    old = y[a:k]
+    left, right = float(np.median(old)), float(np.median(y[k:b]))
+    at_new = np.abs(y[k:b] - left) >= np.abs(y[k:b] - right)
+    best = 0
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], at_new.astype(int), [0]))))
+    for start, stop in zip(edges[::2], edges[1::2]):
+        length = int(stop - start)
+        if length <= best:
+            continue
+        d = abs(float(np.median(y[k + start:k + stop])) - left)
+        se = sigma * math.sqrt(1 / len(old) + 1 / length)
+        if max(tests, 1) * math.erfc(d / se / math.sqrt(2)) < alpha:
+            best = length
+    return best
+
+
 def detect_values(values: np.ndarray, lower_better: bool, alpha: float = ALPHA,
                   min_run: int = MIN_RUN, min_shift_pct: float = MIN_SHIFT_PCT,
                   confirm_runs: int = CONFIRM_RUNS) -> tuple[str, list[Change], float]:
@@ -228,11 +268,20 @@ def detect_values(values: np.ndarray, lower_better: bool, alpha: float = ALPHA,
         if abs(pct[0]) < min_shift_pct:
             continue
         worse = (d > 0) if lower_better else (d < 0)
+        tests = b - a - 2 * min_run + 1
+        confirming = confirming_runs(raw, a, k, b, prep.sigma, tests, alpha)
         verdict = IMPROVEMENT
         if worse:
-            verdict = SUSPECT if b == n and n - k < confirm_runs else REGRESSION
-        changes.append(Change(k, pct[0], pct[1], pct[2], p, verdict, before, after))
+            # At the end of the series, runs after the change are not enough: CONFIRM_RUNS of
+            # them in a row must sit at the new level and show it on their own. A change the
+            # search placed a few runs before two odd nights (on a noisy or outlying run)
+            # has runs after it, but none that confirm a level.
+            verdict = SUSPECT if b == n and confirming < confirm_runs else REGRESSION
+        changes.append(Change(k, pct[0], pct[1], pct[2], p, verdict, before, after,
+                              confirming))
     verdict = changes[-1].verdict if changes else STABLE
+    if verdict == SUSPECT and len(changes) > 1 and changes[-2].verdict == REGRESSION:
+        verdict = REGRESSION  # a suspect worsening does not close the regression before it
     noise = math.expm1(prep.sigma) * 100 if prep.log else prep.sigma * 100
     return verdict, changes, noise
 

@@ -1,9 +1,11 @@
-"""A tiny ReFrame check that writes real perflogs for the review-side tests.
+"""A tiny ReFrame check that writes real perflogs with known values, for the review tests.
 
-It runs no benchmark: the job echoes OSU-style numbers derived from the
-``scale`` variable, so a test can start real ReFrame sessions (``-S scale=1.2``)
-and know exactly which shift the perflogs must show. Parameters and perf
-variable names mirror fabreg's checks (``transport``, ``latency_8B``, ...).
+It runs no benchmark and measures nothing: the job prints OSU-style lines whose numbers are
+computed from the ``scale`` variable, so a test can run real ReFrame sessions
+(``-S scale=1.2``) and know exactly which shift the perflogs must show. What it exercises is
+the path from ReFrame's own perflogs (its logging, formats, header changes) to the store and
+the verdicts; the measurements themselves come from the checks in checks/. Parameters and
+performance variable names mirror fabreg's checks (``transport``, ``latency_8B``, ...).
 """
 
 import reframe as rfm
@@ -18,7 +20,7 @@ from reframe.core.builtins import (
 
 
 @rfm.simple_test
-class FakeFabricLatency(rfm.RunOnlyRegressionTest):
+class ScaledPerflogLatency(rfm.RunOnlyRegressionTest):
     valid_systems = ['*']
     valid_prog_environs = ['openmpi', 'mpich']
     transport = parameter(['shm', 'tcp'])
