@@ -305,6 +305,49 @@ def test_a_link_capped_at_half_its_calibrated_bandwidth_fails_then_restore_passe
     assert fast.returncode == 0, (fast.stdout + fast.stderr)[-4000:]
 
 
+#: A reference no link can meet: every crossing osu_bw value fails its band.
+UNREACHABLE_BANDWIDTH = """system: minicluster
+references:
+  - {benchmark: osu_bw, metric: bandwidth, size: 1048576, value: 1000000000, unit: MB/s, fail: 0.5}
+"""
+
+
+def test_another_job_on_the_same_node_makes_a_failing_value_inconclusive(cluster, tmp_path):
+    """Two jobs on one node: a CPU-bound job of another user shares node1 (the partition
+    oversubscribes) while the bandwidth check measures. Its failing value is not a
+    regression: `inconclusive`, with Slurm's `exclusive: no` and the other job named."""
+    checks = tmp_path / "checks"
+    checks.mkdir()
+    shutil.copy(REPO / "checks" / "osu.py", checks)
+    (checks / "references").mkdir()
+    (checks / "references" / "minicluster.yaml").write_text(UNREACHABLE_BANDWIDTH)
+    submitted = cluster.slurm("sbatch", "--parsable", "-w", "node1", "-n", "1",
+                              "-J", "other-user", "--wrap", "exec sha256sum /dev/zero")
+    job = submitted.strip().split(";")[0]
+    assert job.isdigit(), submitted
+    try:
+        for _ in range(100):  # until the other job runs
+            if cluster.slurm("squeue", "-h", "-j", job, "-o", "%T").strip() == "RUNNING":
+                break
+            time.sleep(0.2)
+        proc = cluster.reframe(tmp_path / "run", "-n", "OsuBandwidth%transport=tcp%nodes=2",
+                               "-p", "openmpi", "-S", "perf_sizes=1048576",
+                               "-S", "iterations=20", "-S", "warmup=2", "-S", "quiet_wait=5",
+                               checks=checks)
+    finally:
+        cluster.slurm("scancel", job)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    (row,) = _rows(tmp_path / "run" / "perflogs" / "minicluster" / "compute"
+                   / "OsuBandwidth.log")
+    assert row["ref_status"] == "inconclusive", row
+    assert set(json.loads(row["verdicts"]).values()) == {"inconclusive"}, row["verdicts"]
+    metered = json.loads(row["interference"])
+    assert row["exclusive"] == "no" and metered["other_share"] > 0.1, (row["exclusive"], metered)
+    assert "sha256sum" in metered["top_other"], metered
+    assert "inconclusive (other work took" in out and "sha256sum" in out, out[-4000:]
+
+
 def _iperf_mbits(server_ns: str | None, server_ip: str, client_ns: str) -> float:
     """Megabits per second from ``client_ns`` to an iperf3 server at ``server_ip``."""
     prefix = ["ip", "netns", "exec", server_ns] if server_ns else []
