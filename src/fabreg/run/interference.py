@@ -156,19 +156,41 @@ def _marked(pid: int, marker: bytes) -> bool:
         return False
 
 
+@dataclass
+class _OwnProcess:
+    """A marked process's CPU ticks over the window: its own and its waited-for children's."""
+
+    first: int
+    last: int
+    first_children: int
+    last_children: int
+    #: The parent when last seen, and the sample that last saw it.
+    parent: tuple[int, int] | None
+    seen: int
+
+    @property
+    def used(self) -> int:
+        return self.last - self.first + self.last_children - self.first_children
+
+
 class InterferenceMeter:
     """Samples the host while the job's marked processes run; ``stop()`` gives the figure.
 
-    The marked processes' CPU time is read every ``interval`` seconds, so a process that
-    lives less than one interval is missed and its time counts as other work: the figure
-    errs towards *contended*, never towards a false regression.
+    The marked processes' CPU time is read every ``interval`` seconds. What a process uses
+    between the last sample and its exit, or in a life shorter than one interval (MPI ranks
+    busy-polling to the end of a short run), would be missed; the kernel adds it to the
+    parent that waits for it (``cutime``/``cstime``). So each marked process counts its own
+    time plus its waited-for children's, and a process that vanished while its marked parent
+    lived on counts through that parent only. A child reparented before it exits is still
+    missed: the figure errs towards *contended*, never towards a false regression.
     """
 
     def __init__(self, token: str, interval: float = 0.25, own_pid: int | None = None) -> None:
         self.marker = f"{TOKEN_VARIABLE}={token}".encode()
         self.interval = interval
         self.own_pid = os.getpid() if own_pid is None else own_pid
-        self._ticks: dict[tuple[int, int], int] = {}  # (pid, start) -> last CPU ticks seen
+        self._own: dict[tuple[int, int], _OwnProcess] = {}  # (pid, start) -> its ticks
+        self._samples = 0
         self._checked: dict[tuple[int, int], str] = {}  # (pid, start) -> own/reaped/other
         self._kernel: dict[tuple[int, int], list[int]] = {}  # kthread -> [first, last] ticks
         self._other: dict[tuple[int, int], list[Any]] = {}  # other -> [comm, first, last]
@@ -190,10 +212,12 @@ class InterferenceMeter:
         return self
 
     def _sample(self) -> None:
-        for pid in procfs.pids():
-            stat = procfs.read_stat(pid)
-            if stat is None or pid == self.own_pid:
-                continue
+        self._samples += 1
+        stats = [stat for pid in procfs.pids()
+                 if pid != self.own_pid and (stat := procfs.read_stat(pid)) is not None]
+        keys = {stat.pid: (stat.pid, stat.start) for stat in stats}
+        for stat in stats:
+            pid = stat.pid
             key = (pid, stat.start)
             if stat.ppid == KTHREADD or pid == KTHREADD:
                 self._kernel.setdefault(key, [stat.cpu_ticks, 0])[1] = stat.cpu_ticks
@@ -206,14 +230,20 @@ class InterferenceMeter:
                                       "own" if _marked(pid, self.marker) else
                                       "harness" if key == self._harness_key else "other")
             kind = self._checked[key]
-            if kind == "own":
-                self._ticks[key] = stat.cpu_ticks
-                continue
             if kind == "reaped":
                 continue
             # A process born inside the window counts from zero, one seen first at start
             # from what it had used by then; its name is the latest (exec changes it).
-            first = 0 if stat.start >= self._since_boot else stat.cpu_ticks
+            born = stat.start >= self._since_boot
+            first = 0 if born else stat.cpu_ticks
+            if kind == "own":
+                own = self._own.get(key)
+                if own is None:
+                    own = self._own[key] = _OwnProcess(
+                        first, 0, 0 if born else stat.children_ticks, 0, None, 0)
+                own.last, own.last_children = stat.cpu_ticks, stat.children_ticks
+                own.parent, own.seen = keys.get(stat.ppid), self._samples
+                continue
             if kind == "harness" or stat.comm in SCHEDULER_DAEMONS:
                 self._harness.setdefault(key, [first, 0])[1] = stat.cpu_ticks
                 self._other.pop(key, None)
@@ -233,7 +263,7 @@ class InterferenceMeter:
         cpu1 = procfs.cpu_times()
         me0, me1 = self._self0, procfs.read_stat(self.own_pid)
         mine = (me1.cpu_ticks - me0.cpu_ticks) if me0 and me1 else 0
-        own_ticks = sum(self._ticks.values()) + mine
+        own_ticks = self._own_ticks() + mine
         kernel_ticks = sum(last - first for first, last in self._kernel.values())
         reaped = _children_cpu_s() - self._children0 if self.own_pid == os.getpid() else 0.0
         return Interference(seconds=time.monotonic() - self._t0, host_cpus=os.cpu_count() or 1,
@@ -243,6 +273,17 @@ class InterferenceMeter:
                             harness_cpu_s=sum(max(0, last - first) for first, last
                                               in self._harness.values()) / self._hz,
                             top_other=self._top_other())
+
+    def _own_ticks(self) -> int:
+        """The marked processes' ticks; one that vanished while its marked parent was still
+        seen afterwards was waited for by that parent and is inside its children's ticks."""
+        total = 0
+        for own in self._own.values():
+            parent = self._own.get(own.parent) if own.parent else None
+            if own.seen < self._samples and parent is not None and parent.seen > own.seen:
+                continue
+            total += own.used
+        return total
 
     def _top_other(self, count: int = 3) -> tuple[tuple[str, float], ...]:
         """The other command names that used the most CPU time in the window."""

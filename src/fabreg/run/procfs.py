@@ -28,6 +28,8 @@ class ProcStat:
     stime: int
     #: Start time in clock ticks since boot: with the PID, the process's identity.
     start: int
+    #: CPU time in clock ticks of the children it has waited for (and theirs, recursively).
+    children_ticks: int = 0
 
     @property
     def zombie(self) -> bool:
@@ -46,7 +48,8 @@ def parse_stat(text: str) -> ProcStat:
         fields = rest.split()
         return ProcStat(pid=int(head), comm=comm, state=fields[0], ppid=int(fields[1]),
                         pgid=int(fields[2]), utime=int(fields[11]), stime=int(fields[12]),
-                        start=int(fields[19]))
+                        start=int(fields[19]),
+                        children_ticks=int(fields[13]) + int(fields[14]))
     except (ValueError, IndexError):
         raise ValueError(f"not a /proc/<pid>/stat line: {text[:80]!r}") from None
 
