@@ -149,6 +149,12 @@ class TailLatency(ProbeCheck):
         return f"{self.benchmark}_{self.collective}_{self.environment}"
 
     def references_wanted(self) -> dict[str, tuple[str, int | None, bool]]:
+        # Under load the job chose the background that reaches the target, so the loaded
+        # figures describe this run's environment, for comparing algorithms within it; a
+        # baseline for them would judge the bisection's choice (seen: a healthy p50 46 %
+        # above a 5-run baseline). The fabric is judged by the quiet environment.
+        if self.loaded():
+            return {}
         return {name: (name, self.message_size, name == "p50")
                 for name in ("p50", "p99", "p99_over_p50")}
 
