@@ -130,6 +130,26 @@ def test_the_meter_counts_short_lived_marked_processes_through_their_parent(tmp_
     assert figure.own_cpu_s >= 1.0, figure  # 8 x 0.15 s, plus the interpreters' start-up
 
 
+def test_a_launcher_and_its_ranks_ending_together_are_counted_once(tmp_path):
+    """Ranks and their launcher end in one sampling interval; the driver above waits for the
+    launcher and its children's ticks hold them all: counted there, not twice."""
+    token = "t" + str(os.getpid())
+    pidfile = tmp_path / "driver.pid"
+    burn = f"{sys.executable} -c 'import time\nwhile time.process_time() < 1.2: pass'"
+    script = tmp_path / "driver.sh"
+    script.write_text(f"echo $$ > {pidfile}\nsh -c \"{burn} & {burn} & wait\"\nsleep 1.2\n")
+    meter = InterferenceMeter(token, interval=0.5).start()
+    subprocess.run(["sh", "-c", f"sh {script} &"], check=True,
+                   env=dict(os.environ, **{TOKEN_VARIABLE: token}))
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        time.sleep(0.05)
+    while procfs.alive(int(pidfile.read_text())):
+        time.sleep(0.05)
+    figure = meter.stop()
+    assert 2.0 <= figure.own_cpu_s <= 3.0, figure
+    assert figure.own_cpu_s <= figure.busy_cpu_s + 0.1, figure
+
+
 def test_the_meter_names_the_other_work(tmp_path):
     token = "t" + str(os.getpid())
     pidfile = tmp_path / "hog.pid"

@@ -275,15 +275,25 @@ class InterferenceMeter:
                             top_other=self._top_other())
 
     def _own_ticks(self) -> int:
-        """The marked processes' ticks; one that vanished while its marked parent was still
-        seen afterwards was waited for by that parent and is inside its children's ticks."""
+        """The marked processes' ticks. One that vanished was waited for by its parent, whose
+        children's ticks then hold it, and so on up (a launcher and its ranks ending in the
+        same interval reach the driver that waits for the launcher): it is counted there when
+        a marked ancestor was seen after it, else by itself."""
         total = 0
         for own in self._own.values():
-            parent = self._own.get(own.parent) if own.parent else None
-            if own.seen < self._samples and parent is not None and parent.seen > own.seen:
+            if own.seen < self._samples and self._counted_above(own):
                 continue
             total += own.used
         return total
+
+    def _counted_above(self, own: _OwnProcess) -> bool:
+        ancestor, hops = own.parent, 0
+        while ancestor in self._own and hops < 64:
+            above = self._own[ancestor]
+            if above.seen > own.seen:
+                return True
+            ancestor, hops = above.parent, hops + 1
+        return False
 
     def _top_other(self, count: int = 3) -> tuple[tuple[str, float], ...]:
         """The other command names that used the most CPU time in the window."""
