@@ -229,8 +229,10 @@ def test_workload_checks_run_across_two_nodes(cluster, tmp_path):
         assert row["environ"] == ("builtin" if name.startswith("Ucx") else "openmpi"), row
         assert row["nodes"] == "2", row
         assert row["job_nodelist"] == "node1,node2", row
-        # no baseline of this host in a fresh clone: missing, never a failure
-        assert row["result"] == "pass" and row["ref_status"] in ("ok", "warn", "missing"), row
+        # no baseline of this host in a fresh clone: missing, never a failure (a loaded tail
+        # environment's figures are not judged against a baseline at all)
+        judged = ("",) if name == "TailLatency" else ("ok", "warn", "missing")
+        assert row["result"] == "pass" and row["ref_status"] in judged, row
         # other work was metered on both nodes, each by a sampler of its own
         metered = json.loads(row["interference"])
         assert set(metered["nodes"]) == {"node1", "node2"}, metered
