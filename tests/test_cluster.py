@@ -324,7 +324,8 @@ def test_another_job_on_the_same_node_makes_a_failing_value_inconclusive(cluster
     (checks / "references").mkdir()
     (checks / "references" / "minicluster.yaml").write_text(UNREACHABLE_BANDWIDTH)
     submitted = cluster.slurm("sbatch", "--parsable", "-w", "node1", "-n", "1",
-                              "-J", "other-user", "--wrap", "exec sha256sum /dev/zero")
+                              "-J", "other-user", "-o", "/dev/null",
+                              "--wrap", "exec sha256sum /dev/zero")
     job = submitted.strip().split(";")[0]
     assert job.isdigit(), submitted
     try:
