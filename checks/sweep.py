@@ -6,12 +6,17 @@ disjoint pairs (round robin; ``-S pattern=shifts`` for ring shifts), above that 
 halving (log2 n rounds). Each pair's bandwidth and latency is
 judged against the other pairs of the same run (``fabreg.isolation``): no reference is needed.
 A node slow in most of its pairs, or a slow pair of two otherwise healthy nodes, fails the
-check naming it; each pair is logged as its own per-link series (``pair_table``), which
-``fabreg isolate``, ``trends`` and the report read.
+check naming it, once a second sweep in the same job (run only when the first names a
+suspect) names it again; one named once is logged as ``flaky``. Each pair is logged as its own
+per-link series (``pair_table``, from the first sweep), which ``fabreg isolate``, ``trends``
+and the report read.
 """
 
 import json
 import math
+import shlex
+import sys
+from pathlib import Path
 from statistics import median
 
 import reframe as rfm
@@ -20,12 +25,15 @@ from reframe.core.builtins import parameter, run_after, run_before, sanity_funct
 from reframe.core.exceptions import PerformanceError, SanityError
 
 from fabreg import isolation, schema
-from fabreg.run.parsers.probes import SweepResult, parse_sweep
+from fabreg.run import sweep_suspects
+from fabreg.run.parsers.probes import ProbeOutputError, SweepResult, parse_sweep
 from fabreg.run.siteconfig import pinned_node_count
 from fabreg.testlib.base import max_nodes, partitions, reframe_errors
 from fabreg.testlib.workloads import ProbeCheck
 
 MB = 1 << 20
+#: The confirming sweep's output (stage and output directory).
+CONFIRMATION = "sweep-confirmation.out"
 #: Up to this many nodes the sweep measures every pair (n - 1 rounds).
 ALL_PAIRS_UP_TO = 32
 
@@ -95,9 +103,32 @@ class Sweep(ProbeCheck):
                                 "-r", str(self.repeats), "-i", str(self.iterations),
                                 "-R", str(self.max_rounds)]
 
+    @run_before("run", always_last=True)
+    def confirm_suspects_with_a_second_sweep(self) -> None:
+        """After the sweep, while the job is still metered: the same sweep again, only when
+        the first named a suspect (``fabreg.run.sweep_suspects``)."""
+        self.job.num_tasks = self.num_tasks
+        self.job.num_tasks_per_node = self.num_tasks_per_node
+        sweep = " ".join([self.job.launcher.run_command(self.job), shlex.quote(self.executable),
+                          *map(shlex.quote, self.executable_opts)])
+        first = shlex.quote(str(self.stdout.evaluate()))
+        self.postrun_cmds = [
+            f"if {shlex.quote(sys.executable)} -m fabreg.run.sweep_suspects {first}; then "
+            f"{sweep} > {CONFIRMATION} 2>&1; fi", *self.postrun_cmds]
+        self.keep_files = [*self.keep_files, CONFIRMATION]
+
     def result(self) -> SweepResult:
         with reframe_errors():
             return parse_sweep(self.output_text())
+
+    def confirmation(self) -> list[isolation.Suspect] | None:
+        """The confirming sweep's suspects; None when it did not run or printed no sweep."""
+        path = Path(self.stagedir, CONFIRMATION)
+        try:
+            return isolation.suspects_of(sweep_suspects.localise_sweep(
+                parse_sweep(path.read_text(errors="replace"))))
+        except (OSError, ValueError, ProbeOutputError):
+            return None
 
     @sanity_function
     def every_node_and_pair_measured(self) -> bool:
@@ -113,13 +144,7 @@ class Sweep(ProbeCheck):
         return True
 
     def localisations(self) -> list[isolation.Localisation]:
-        pairs = self.result().pairs
-        return isolation.localise_all({
-            "bandwidth": [isolation.PairValue(p.node_a, p.node_b, p.bandwidth_mbs, p.round)
-                          for p in pairs],
-            "latency": [isolation.PairValue(p.node_a, p.node_b, p.latency_us, p.round)
-                        for p in pairs],
-        })
+        return sweep_suspects.localise_sweep(self.result())
 
     @run_before("performance")
     def log_pairs(self) -> None:
@@ -130,19 +155,31 @@ class Sweep(ProbeCheck):
                       _finite(r.latency_us), _finite(r.latency_p50_us)] for r in result.rows],
         }, separators=(",", ":"))
         found = isolation.suspects_of(self.localisations())
-        self.suspects_named = "; ".join(s.text() for s in found)
+        again = self.confirmation() if found else []
+        if again is None:
+            named, once = [], found
+            why = "flaky (no confirming sweep to name them again)"
+        else:
+            named, once = sweep_suspects.confirmed(found, again)
+            why = "flaky (not named again by the confirming sweep)"
+        self.suspects_named = "; ".join(s.text() for s in named)
+        if once:
+            unconfirmed = "; ".join(s.text() for s in once)
+            self.suspects_named = (f"{self.suspects_named}; {why}: {unconfirmed}"
+                                   if named else f"{why}: {unconfirmed}")
         self.perf_variables = {
             "pair_bandwidth": sn.make_performance_function(
                 lambda: median(p.bandwidth_mbs for p in self.result().pairs), "MB/s"),
             "pair_latency": sn.make_performance_function(
                 lambda: median(p.latency_us for p in self.result().pairs), "us"),
-            "suspects": sn.make_performance_function(lambda: len(found), "count"),
+            "suspects": sn.make_performance_function(lambda: len(named), "count"),
         }
 
     @run_after("performance")
     def name_the_suspects(self) -> None:
-        """Fail naming the suspects; measured while other work took the CPUs: say so instead."""
-        if not self.suspects_named:
+        """Fail naming the confirmed suspects; measured while other work took the CPUs: say
+        so instead. Suspects only the first sweep named are logged as flaky and pass."""
+        if not self.suspects_named or self.suspects_named.startswith("flaky"):
             return
         if self.contended():
             self.suspects_named = f"inconclusive ({self.contention_note()}): " \

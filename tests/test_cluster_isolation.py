@@ -98,6 +98,10 @@ def test_sweep_names_nobody_then_the_bad_node_then_the_bad_link(cluster4, tmp_pa
     node_db = Path(node_fault["db"])
     log = (node_db.parent / "perflogs" / "minicluster" / "compute" / "Sweep.log").read_text()
     assert "node node3: bandwidth" in log
+    # named by the first sweep, then again by the confirming sweep the job ran for it
+    (again,) = (node_db.parent / "output").rglob("sweep-confirmation.out")
+    assert "# fabreg_sweep v1" in again.read_text()
+    assert "flaky" not in log.splitlines()[-1] and "suspects: node node3" in proc.stdout
     # Prometheus gauges and the report's heat map of the same run
     prom = tmp_path / "sweep.prom"
     exported = _fabreg("export", "prometheus", "--out", str(prom), "--db", str(node_db))

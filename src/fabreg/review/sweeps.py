@@ -42,8 +42,9 @@ class Sweep:
     pairs: dict[str, list[isolation.PairValue]] = field(default_factory=dict)
     #: per host: control perf variable (``loopback_bandwidth``...) -> value
     controls: dict[str, dict[str, float]] = field(default_factory=dict)
-    #: why the check did not trust its suspects (other work took the CPUs while it measured:
-    #: its ``suspects_named`` says ``inconclusive (...)``), '' when it did
+    #: why the check did not trust its suspects (other work took the CPUs while it measured,
+    #: or the confirming sweep did not name them again: its ``suspects_named`` says
+    #: ``inconclusive (...)`` or ``flaky (...)``), '' when it did
     inconclusive: str = ""
 
     @property
@@ -96,7 +97,7 @@ def latest_sweeps(all_series: list[SeriesData], system: str | None = None,
         attrs = attributes(sys_name, jobid, newest) if attributes else {}
         rounds = _rounds(attrs)
         named = attrs.get("suspects_named", "")
-        if named.startswith("inconclusive"):
+        if named.startswith(("inconclusive", "flaky")):
             sweep.inconclusive = named.split(":", 1)[0]
         for s in members:
             if float(s.time[-1]) != newest:
