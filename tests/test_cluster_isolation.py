@@ -99,7 +99,8 @@ def test_sweep_names_nobody_then_the_bad_node_then_the_bad_link(cluster4, tmp_pa
     log = (node_db.parent / "perflogs" / "minicluster" / "compute" / "Sweep.log").read_text()
     assert "node node3: bandwidth" in log
     # named by the first sweep, then again by the confirming sweep the job ran for it
-    (again,) = (node_db.parent / "output").rglob("sweep-confirmation.out")
+    # (a failed test keeps its stage directory, a passing one its output directory)
+    (again,) = node_db.parent.rglob("sweep-confirmation.out")
     assert "# fabreg_sweep v1" in again.read_text()
     assert "flaky" not in log.splitlines()[-1] and "suspects: node node3" in proc.stdout
     # Prometheus gauges and the report's heat map of the same run
