@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -108,6 +109,21 @@ def test_the_meter_counts_marked_processes_as_the_jobs_own(tmp_path):
     assert figure.seconds >= 1.0 and figure.host_cpus == (os.cpu_count() or 1)
 
 
+def _metered_detached(tmp_path: Path, token: str, pidfile: Path, script: str):
+    """Meter a marked shell script that is not the meter's descendant (its parent exits at
+    once) from its start to its end; the script writes its PID to ``pidfile`` first."""
+    path = tmp_path / "detached.sh"
+    path.write_text(script)
+    meter = InterferenceMeter(token, interval=0.5).start()
+    subprocess.run(["sh", "-c", f"sh {path} &"], check=True,
+                   env=dict(os.environ, **{TOKEN_VARIABLE: token}))
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        time.sleep(0.05)
+    while procfs.alive(int(pidfile.read_text())):
+        time.sleep(0.05)
+    return meter.stop()
+
+
 def test_the_meter_counts_short_lived_marked_processes_through_their_parent(tmp_path):
     """MPI ranks of short runs live less than one sampling interval; the kernel adds their
     CPU time to the launcher that waits for them, so it is the job's own, not other work."""
@@ -116,17 +132,8 @@ def test_the_meter_counts_short_lived_marked_processes_through_their_parent(tmp_
     burn = f"{sys.executable} -c 'import time\nwhile time.process_time() < 0.15: pass'"
     # a launcher that is not the meter's descendant (its parent exits at once), running
     # eight short marked children one after another, each shorter than the interval
-    script = tmp_path / "launcher.sh"
-    script.write_text(f"echo $$ > {pidfile}\nsleep 0.3\n"
-                      f"for i in 1 2 3 4 5 6 7 8; do {burn}; done\n")
-    meter = InterferenceMeter(token, interval=0.5).start()
-    subprocess.run(["sh", "-c", f"sh {script} &"], check=True,
-                   env=dict(os.environ, **{TOKEN_VARIABLE: token}))
-    while not pidfile.exists() or not pidfile.read_text().strip():
-        time.sleep(0.05)
-    while procfs.alive(int(pidfile.read_text())):
-        time.sleep(0.05)
-    figure = meter.stop()
+    figure = _metered_detached(tmp_path, token, pidfile, f"echo $$ > {pidfile}\nsleep 0.3\n"
+                               f"for i in 1 2 3 4 5 6 7 8; do {burn}; done\n")
     assert figure.own_cpu_s >= 1.0, figure  # 8 x 0.15 s, plus the interpreters' start-up
 
 
@@ -136,16 +143,8 @@ def test_a_launcher_and_its_ranks_ending_together_are_counted_once(tmp_path):
     token = "t" + str(os.getpid())
     pidfile = tmp_path / "driver.pid"
     burn = f"{sys.executable} -c 'import time\nwhile time.process_time() < 1.2: pass'"
-    script = tmp_path / "driver.sh"
-    script.write_text(f"echo $$ > {pidfile}\nsh -c \"{burn} & {burn} & wait\"\nsleep 1.2\n")
-    meter = InterferenceMeter(token, interval=0.5).start()
-    subprocess.run(["sh", "-c", f"sh {script} &"], check=True,
-                   env=dict(os.environ, **{TOKEN_VARIABLE: token}))
-    while not pidfile.exists() or not pidfile.read_text().strip():
-        time.sleep(0.05)
-    while procfs.alive(int(pidfile.read_text())):
-        time.sleep(0.05)
-    figure = meter.stop()
+    figure = _metered_detached(tmp_path, token, pidfile, f"echo $$ > {pidfile}\n"
+                               f"sh -c \"{burn} & {burn} & wait\"\nsleep 1.2\n")
     assert 2.0 <= figure.own_cpu_s <= 3.0, figure
     assert figure.own_cpu_s <= figure.busy_cpu_s + 0.1, figure
 
