@@ -107,10 +107,7 @@ class Sweep(ProbeCheck):
     def confirm_suspects_with_a_second_sweep(self) -> None:
         """After the sweep, while the job is still metered: the same sweep again, only when
         the first named a suspect (``fabreg.run.sweep_suspects``)."""
-        self.job.num_tasks = self.num_tasks
-        self.job.num_tasks_per_node = self.num_tasks_per_node
-        sweep = " ".join([self.job.launcher.run_command(self.job), shlex.quote(self.executable),
-                          *map(shlex.quote, self.executable_opts)])
+        sweep = shlex.join([*self.launcher_argv(), self.executable, *self.executable_opts])
         first = shlex.quote(str(self.stdout.evaluate()))
         self.postrun_cmds = [
             f"if {shlex.quote(sys.executable)} -m fabreg.run.sweep_suspects {first}; then "

@@ -160,10 +160,7 @@ class TailLatency(ProbeCheck):
 
     @run_before("run", always_last=True)
     def run_through_environment_driver(self) -> None:
-        # ReFrame hands the task counts to the job only when it runs it; the launch needs them.
-        self.job.num_tasks = self.num_tasks
-        self.job.num_tasks_per_node = self.num_tasks_per_node
-        command = [*self.job.launcher.run_command(self.job).split(), self.probe_path()]
+        command = [*self.launcher_argv(), self.probe_path()]
         tail_environment.Plan(
             command=command, options=list(self.executable_opts), environment=self.environment,
             calibration_iterations=self.calibration_iterations,

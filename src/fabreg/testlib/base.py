@@ -14,6 +14,7 @@ ucx_perftest through ``ClientServerCheck``) derives from it, so each gets the sa
 from __future__ import annotations
 
 import contextlib
+import shlex
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,6 +97,14 @@ class FabregCheck(rfm.RunOnlyRegressionTest, SchedulerEndingMixin, ReferencesMix
     def is_local(self) -> bool:
         """Does this partition run jobs on the ReFrame host itself (no Slurm)?"""
         return self.current_partition.scheduler.registered_name == "local"
+
+    def launcher_argv(self) -> list[str]:
+        """The job's launcher command (``mpirun -np 4 ...``) before ReFrame runs the job, for
+        in-job drivers and extra launches: ReFrame hands the test's task counts to the job only
+        when it runs it, and the command needs them now."""
+        self.job.num_tasks = self.num_tasks
+        self.job.num_tasks_per_node = self.num_tasks_per_node
+        return shlex.split(self.job.launcher.run_command(self.job))
 
     def output_text(self, name: str | None = None) -> str:
         """A file of the job's stage directory, the job's stdout by default."""

@@ -21,7 +21,6 @@ job alone) and ``confirmation`` (the first value of each re-measured size).
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -116,12 +115,7 @@ class RepeatedMeasurement(rfm.RegressionTestPlugin):
     def run_through_measure_driver(self) -> None:
         if not self.measure_repeatedly:
             return
-        # ReFrame hands the test's task counts to the job only when it runs it; the
-        # launcher command needs them now.
-        self.job.num_tasks = self.num_tasks
-        self.job.num_tasks_per_node = self.num_tasks_per_node
-        launch = shlex.split(self.job.launcher.run_command(self.job))
-        command = [*launch, self.executable]
+        command = [*self.launcher_argv(), self.executable]
         self.measurement_plan(command).save(Path(self.stagedir, measure.PLAN))
         self.env_vars[HARNESS_VARIABLE] = harness_identity()
         self.job.launcher = getlauncher("local")()
