@@ -73,12 +73,45 @@ def test_each_size_is_measured_repeatedly_and_the_best_is_kept(osu_latency, tmp_
 
 
 def test_a_failing_value_is_measured_again_before_it_is_reported(osu_latency, tmp_path):
-    # 8 B can never take less than 1 ns: the first batch fails and is confirmed
-    result = measure.measure(plan(osu_latency, fail_limits={8: 0.001}), tmp_path)
+    # 8 B can never take less than 1 ns: the first batch fails and is confirmed, by runs
+    # spread over the confirmation span (a host's slow spell ends within it, a fault does not)
+    result = measure.measure(plan(osu_latency, fail_limits={8: 0.001}, confirm_span_s=4),
+                             tmp_path)
     assert set(result["confirmation"]) == {"8"}
     assert len(result["values"]["8"]) == 6 and len(result["values"]["1024"]) >= 3
-    assert result["launches"][-1]["options"][:2] == ["-m", "8:8"]
+    confirmations = result["launches"][-3:]
+    assert all(x["options"][:2] == ["-m", "8:8"] for x in confirmations)
+    starts = [x["started"] for x in confirmations]
+    assert starts[2] - starts[0] >= 3.9 and starts[1] - starts[0] >= 1.9, starts
 
+
+def test_the_confirmation_stops_at_the_first_run_that_no_longer_fails(osu_latency, tmp_path,
+                                                                      monkeypatch):
+    # The first batch runs with both ranks squeezed onto one core (a host slow for a while);
+    # the confirmation runs get every core back: 8 B passes again, and no more runs follow.
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs two cores")
+    healthy = tmp_path / "healthy"
+    healthy.mkdir()
+    limit = max(measure.measure(plan(osu_latency, sizes=[8]), healthy)["values"]["8"]) * 1.5
+    unbound = ["--bind-to", "none"] if "openmpi" in osu_latency[0] else []
+    command = ["taskset", "-c", str(cores[0]), osu_latency[0], *unbound, *osu_latency[1:]]
+    quiet = measure.wait_for_quiet
+
+    def cores_back(*args):
+        command[:] = osu_latency
+        return quiet(*args)
+
+    monkeypatch.setattr(measure, "wait_for_quiet", cores_back)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    result = measure.measure(plan(command, sizes=[8], fail_limits={8: limit},
+                                  confirm_span_s=10), busy)
+    assert min(result["values"]["8"][:3]) > limit, (limit, result["values"])
+    assert set(result["confirmation"]) == {"8"}
+    assert len(result["values"]["8"]) == 4, result["values"]["8"]  # one confirmation run
+    assert result["best"]["8"] <= limit
 
 def test_repeats_stop_at_the_time_budget(osu_latency, tmp_path):
     result = measure.measure(plan(osu_latency, budget_s=0), tmp_path)

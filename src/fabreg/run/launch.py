@@ -36,6 +36,8 @@ class Launch:
     seconds: float
     #: The output was complete but the process did not exit within the grace period.
     hung_after_results: bool = False
+    #: When it started (seconds since the epoch): spells of a slow host show up in time.
+    started: float = 0.0
 
 
 class _Watch:
@@ -64,7 +66,7 @@ class _Watch:
 def run_once(command: list[str], options: list[str], output: Path, complete: Completion,
              grace_s: float, env: dict[str, str], echo: bool = False) -> Launch:
     """Run ``command + options`` once; end it ``grace_s`` after its output is complete."""
-    start = time.monotonic()
+    start, started = time.monotonic(), time.time()
     proc = subprocess.Popen([*command, *options], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env=env, start_new_session=True)
     watch = _Watch(proc, output, complete, echo)
@@ -78,7 +80,8 @@ def run_once(command: list[str], options: list[str], output: Path, complete: Com
         time.sleep(0.1)
     proc.wait()
     watch.thread.join(timeout=5)
-    return Launch(output.name, list(options), proc.returncode, time.monotonic() - start, hung)
+    return Launch(output.name, list(options), proc.returncode, time.monotonic() - start, hung,
+                  round(started, 3))
 
 
 def end_group(proc: subprocess.Popen[bytes]) -> None:

@@ -10,11 +10,15 @@ of the benchmark; it:
    as the benchmark printed it);
 2. repeats it at the asserted sizes until each has ``repeats`` values or the time budget
    is spent;
-3. re-measures a size whose best value still crosses its failure limit (``repeats`` more
-   runs, even past the budget): only a failure that reproduces is *confirmed*. Each
-   confirmation run first waits (up to ``quiet_wait_s`` in all) for a second in which other
-   work leaves the host alone, and is metered by itself: a failure confirmed by a quiet run
-   is a failure even if other work took the CPUs during the rest of the job;
+3. re-measures a size whose best value still crosses its failure limit (up to ``repeats``
+   more runs, even past the budget): only a failure that reproduces is *confirmed*. The
+   confirmation runs are spread over ``confirm_span_s``: a virtual machine has spells in
+   which the whole host runs slow with no process to blame (on a 2-core VM: every launch of
+   a healthy ``osu_bw`` 25-35 % slow for up to ~20 s, several times an hour), and a spell
+   ends within the span while a fault does not. They stop at the first run that no longer
+   fails. Each confirmation run first waits (up to ``quiet_wait_s`` in all) for a second in
+   which other work leaves the host alone, and is metered by itself: a failure confirmed by
+   a quiet run is a failure even if other work took the CPUs during the rest of the job;
 4. meters the CPU time other work took on the host meanwhile (``fabreg.run.interference``);
 5. ends a launch that printed its complete table but does not exit (MPICH 4.0 with UCX
    1.13 hangs in ``MPI_Finalize`` over TCP) after a grace period, keeping its values.
@@ -74,6 +78,8 @@ class Plan(JsonPlan):
     contended_share: float = CONTENDED_SHARE
     #: Seconds the confirmation runs may wait, in all, for the host to be quiet.
     quiet_wait_s: float = 30.0
+    #: Seconds over which the confirmation runs are spread (first at once, last at the end).
+    confirm_span_s: float = 60.0
 
     @classmethod
     def decoded(cls, data: dict[str, Any]) -> dict[str, Any]:
@@ -156,9 +162,12 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
         wanted = [s for s in plan.full_sizes if low <= s <= high]
         return launch(opts, wanted)
 
-    def confirm(sizes: list[int], deadline: float) -> None:
-        """One confirmation run, after waiting for a quiet host, metered by itself."""
-        wait_for_quiet(token, plan.contended_share, deadline)
+    def confirm(sizes: list[int], quiet_wait: float) -> float:
+        """One confirmation run, after waiting up to ``quiet_wait`` seconds for a quiet host,
+        metered by itself; returns the seconds it waited."""
+        waited_from = time.monotonic()
+        wait_for_quiet(token, plan.contended_share, waited_from + quiet_wait)
+        waited = time.monotonic() - waited_from
         own = workdir / f"meter-{len(launches)}"
         own.mkdir(exist_ok=True)
         run_meter = JobMeter(token, own).start()
@@ -166,6 +175,7 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
         if not run_meter.stop().contended(plan.contended_share):
             for size in got:
                 quiet[size] = quiet.get(size, 0) + 1
+        return waited
 
     launch(plan.full_options, plan.full_sizes, echo=True)
     first = launches[0]
@@ -180,10 +190,16 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     first_batch = {s: best(v, plan.lower_is_better) for s, v in values.items() if v}
     failing = [s for s, v in first_batch.items()
                if s in plan.fail_limits and crosses(v, plan.fail_limits[s], plan.lower_is_better)]
-    if failing:
-        deadline = time.monotonic() + plan.quiet_wait_s
-        for _ in range(plan.repeats):
-            confirm(failing, deadline)
+    confirming = list(failing)
+    span_start, quiet_left = time.monotonic(), plan.quiet_wait_s
+    for run in range(plan.repeats if failing else 0):
+        slot = span_start + plan.confirm_span_s * run / max(plan.repeats - 1, 1)
+        time.sleep(max(0.0, slot - time.monotonic()))
+        quiet_left = max(0.0, quiet_left - confirm(confirming, quiet_left))
+        confirming = [s for s in confirming if crosses(
+            best(values[s], plan.lower_is_better), plan.fail_limits[s], plan.lower_is_better)]
+        if not confirming:
+            break  # a run that no longer fails: the failure did not reproduce
     interference = meter.stop()
     final = {s: best(v, plan.lower_is_better) for s, v in values.items() if v}
     result = {

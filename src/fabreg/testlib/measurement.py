@@ -10,8 +10,9 @@ the best value (interference cannot fake it) and qualifies the band's verdict:
 - ``flaky``: the first measurements failed, the confirmation did not: a warning with both
   values;
 - ``fail``: the failure reproduced on a quiet host: the test fails. The confirmation runs
-  wait for a quiet host and are metered by themselves, so a failure they confirm is a
-  failure even when other work took the CPUs during the rest of the job.
+  are spread over ``confirm_span`` seconds (a spell in which a virtual host runs slow as a
+  whole ends within it), wait for a quiet host and are metered by themselves, so a failure
+  they confirm is a failure even when other work took the CPUs during the rest of the job.
 
 Logged per run: ``spread`` (how far the worst of a value's measurements lay from its best),
 ``interference`` (other work's CPU time), ``exclusive`` (did Slurm give the nodes to this
@@ -72,6 +73,12 @@ class RepeatedMeasurement(rfm.RegressionTestPlugin):
     #: :type: ``float``
     #: :default: ``30.0``
     quiet_wait = variable(float, value=30.0, loggable=False)
+    #: Seconds over which the confirmation runs of a failing value are spread: a spell in
+    #: which a virtual host runs slow as a whole ends within it, a fault does not.
+    #:
+    #: :type: ``float``
+    #: :default: ``60.0``
+    confirm_span = variable(float, value=60.0, loggable=False)
     #: Measure repeatedly (False: one run, judged as it is).
     #:
     #: :type: ``bool``
