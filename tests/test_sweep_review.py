@@ -94,6 +94,35 @@ def test_suspects_of_a_disturbed_sweep_are_inconclusive(tmp_path):
     assert "its suspects are not confirmed" in text.stdout and "0 suspect(s)" in text.stdout
 
 
+def test_a_suspect_the_confirming_sweep_did_not_name_again_is_not_confirmed(tmp_path):
+    """The check logs confirmed suspects first, then ``flaky (...)`` and those named once: the
+    review side confirms only the first (the real node3 run, its log line as the check writes
+    it when the confirming sweep named another suspect and not node3)."""
+    header, line = (DATA / "node.log").read_text().splitlines()
+    column = header.split("|").index("suspects_named")
+    fields = line.split("|")
+    fields[column] = (f"link node1 <-> node2: bandwidth 40% below the run's healthy pairs, "
+                      f"slow in 1 of 1 pairs; flaky (not named again by the confirming sweep): "
+                      f"{fields[column]}")
+    log = tmp_path / "minicluster" / "node.log"
+    log.parent.mkdir()
+    log.write_text(f"{header}\n{'|'.join(fields)}\n")
+    db = tmp_path / "mixed.db"
+    assert fabreg("ingest", str(log), db=db).returncode == 0
+    proc = fabreg("isolate", "--format", "json", db=db)
+    assert proc.returncode == 0, proc.stdout  # node3 named once: not a confirmed suspect
+    (node3,) = json.loads(proc.stdout)["suspects"]
+    assert node3["nodes"] == ["node3"]
+    assert node3["inconclusive"] == "flaky (not named again by the confirming sweep)"
+    text = fabreg("isolate", db=db).stdout
+    assert "suspect (flaky) node node3: bandwidth" in text and "SUSPECT" not in text
+    assert "0 suspect(s), 1 not confirmed" in text
+    (sweep,) = _sweeps(db)
+    gauges = [m for m in render([sweep]).splitlines()
+              if m.startswith("fabreg_node_suspect{") and 'node="node3"' in m]
+    assert gauges and all(m.endswith(" 0.0") for m in gauges), gauges
+
+
 def test_isolate_without_a_sweep_says_so(tmp_path):
     db = tmp_path / "empty.db"
     Store(db).close()

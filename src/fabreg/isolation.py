@@ -83,6 +83,10 @@ class Suspect:
                 "pairs": [{"node_a": p.node_a, "node_b": p.node_b, "value": p.value,
                            "deficit_pct": round(p.deficit_pct, 1)} for p in self.pairs]}
 
+    def ident(self) -> str:
+        """What names this suspect at the start of its ``text()``: kind, nodes, metric."""
+        return f"{self.kind} {' <-> '.join(self.nodes)}: {self.metric} "
+
     def text(self) -> str:
         what = " <-> ".join(self.nodes)
         if HIGHER_IS_BETTER.get(self.metric, True):

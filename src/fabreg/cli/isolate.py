@@ -53,6 +53,8 @@ def _text(sweep: Sweep) -> list[str]:
              f"{len(sweep.nodes)} nodes"]
     if sweep.inconclusive:
         lines.append(f"  {sweep.inconclusive}: its suspects are not confirmed")
+    elif sweep.flaky:
+        lines.append(f"  {sweep.flaky.split(':', 1)[0]}: those suspects are not confirmed")
     for loc in sweep.localise():
         if math.isnan(loc.level):
             continue
@@ -60,7 +62,9 @@ def _text(sweep: Sweep) -> list[str]:
                      f"spread {loc.spread:.0%}, slow from {loc.threshold_pct:.0f}% below: "
                      f"{len(loc.slow)} slow")
         for s in loc.suspects:
-            lines.append(f"  {'suspect' if sweep.inconclusive else 'SUSPECT'} {s.text()}")
+            why = sweep.unconfirmed(s)
+            lines.append(f"  suspect ({why.split(' (')[0]}) {s.text()}" if why
+                         else f"  SUSPECT {s.text()}")
             for p in s.pairs:
                 lines.append(f"    {p.node_a} -> {p.node_b}: {p.value:.4g} "
                              f"({p.deficit_pct:.0f}% below)")
@@ -80,17 +84,17 @@ def run(args: argparse.Namespace) -> int:
         raise FabregError("no sweep in the store: run the sweep (reframe ... --tag sweep), "
                           "then fabreg ingest perflogs")
     suspects = [(sweep, s) for sweep in sweeps for loc in sweep.localise() for s in loc.suspects]
-    confirmed = [x for x in suspects if not x[0].inconclusive]
+    confirmed = [x for x in suspects if not x[0].unconfirmed(x[1])]
     if args.format == "json":
         print(json.dumps({"suspects": [{**s.as_json_object(), "system": sweep.system,
                                         "partition": sweep.partition,
                                         "environ": sweep.environ, "jobid": sweep.jobid,
-                                        "inconclusive": sweep.inconclusive}
+                                        "inconclusive": sweep.unconfirmed(s)}
                                        for sweep, s in suspects],
                           "sweeps": [_sweep_json(w) for w in sweeps]}, indent=2))
     else:
         for sweep in sweeps:
             print("\n".join(_text(sweep)))
-        print(f"{len(confirmed)} suspect(s), {len(suspects) - len(confirmed)} inconclusive"
+        print(f"{len(confirmed)} suspect(s), {len(suspects) - len(confirmed)} not confirmed"
               if suspects else "no suspect")
     return 1 if confirmed else 0

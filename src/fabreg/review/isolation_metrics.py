@@ -24,12 +24,14 @@ def render(sweeps: list[Sweep]) -> str:
     link_deficit = Gauge("fabreg_link_deficit_percent",
                          "Newest sweep: a link's deficit against the run's healthy pairs",
                          [*_WHERE, "metric", "node_a", "node_b"], registry=registry)
-    link_suspect = Gauge("fabreg_link_suspect", "1 when the sweep names the link a suspect",
+    link_suspect = Gauge("fabreg_link_suspect",
+                         "1 when the sweep names the link a suspect and confirms it",
                          [*_WHERE, "metric", "node_a", "node_b"], registry=registry)
     node_slow = Gauge("fabreg_node_slow_pairs_ratio",
                       "Newest sweep: share of a node's pairs that are slow",
                       [*_WHERE, "metric", "node"], registry=registry)
-    node_suspect = Gauge("fabreg_node_suspect", "1 when the sweep names the node a suspect",
+    node_suspect = Gauge("fabreg_node_suspect",
+                         "1 when the sweep names the node a suspect and confirms it",
                          [*_WHERE, "metric", "node"], registry=registry)
     sweep_time = Gauge("fabreg_sweep_timestamp_seconds", "When the newest sweep finished",
                        list(_WHERE), registry=registry)
@@ -39,8 +41,9 @@ def render(sweeps: list[Sweep]) -> str:
         for loc in sweep.localise():
             pairs = sweep.pairs.get(loc.metric, [])
             slow = {(p.node_a, p.node_b) for p in loc.slow}
-            named_links = {tuple(s.nodes) for s in loc.suspects if s.kind == "link"}
-            named_nodes = {s.nodes[0] for s in loc.suspects if s.kind == "node"}
+            confirmed = [s for s in loc.suspects if not sweep.unconfirmed(s)]
+            named_links = {tuple(s.nodes) for s in confirmed if s.kind == "link"}
+            named_nodes = {s.nodes[0] for s in confirmed if s.kind == "node"}
             for p in pairs:
                 labels = (*where, loc.metric, p.node_a, p.node_b)
                 link_value.labels(*labels).set(p.value)

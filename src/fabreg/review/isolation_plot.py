@@ -79,7 +79,10 @@ def write(sweeps: list[Sweep], out: Path) -> Path | None:
         for loc in sweep.localise():
             if math.isnan(loc.level):
                 continue
-            items = "".join(f"<li>{html.escape(s.text())}</li>" for s in loc.suspects)
+            items = "".join(
+                f"<li>{html.escape(s.text())}"
+                + (f' <span class="flaky">not confirmed: {html.escape(why)}</span>'
+                   if (why := sweep.unconfirmed(s)) else "") + "</li>" for s in loc.suspects)
             parts.append(f"<h3>{loc.metric}</h3><p>healthy level {loc.level:.4g}, spread "
                          f"{loc.spread:.0%}, a pair is slow from {loc.threshold_pct:.0f}% "
                          f"below it; suspects:</p><ul>{items or '<li>none</li>'}</ul>")

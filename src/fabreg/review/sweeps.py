@@ -46,6 +46,17 @@ class Sweep:
     #: or the confirming sweep did not name them again: its ``suspects_named`` says
     #: ``inconclusive (...)`` or ``flaky (...)``), '' when it did
     inconclusive: str = ""
+    #: the suspects the confirming sweep did not name again, as the check logged them after
+    #: the confirmed ones (``...; flaky (not named again ...): link node1 <-> node3: ...``)
+    flaky: str = ""
+
+    def unconfirmed(self, suspect: isolation.Suspect) -> str:
+        """Why ``suspect`` is not confirmed (``inconclusive (...)``, ``flaky (...)``), or ''."""
+        if self.inconclusive:
+            return self.inconclusive
+        if suspect.ident() in self.flaky:
+            return self.flaky.split(":", 1)[0]
+        return ""
 
     @property
     def nodes(self) -> list[str]:
@@ -99,6 +110,8 @@ def latest_sweeps(all_series: list[SeriesData], system: str | None = None,
         named = attrs.get("suspects_named", "")
         if named.startswith(("inconclusive", "flaky")):
             sweep.inconclusive = named.split(":", 1)[0]
+        elif "; flaky (" in named:
+            sweep.flaky = named[named.index("; flaky (") + 2:]
         for s in members:
             if float(s.time[-1]) != newest:
                 continue  # this link was not measured by the newest run
