@@ -7,9 +7,13 @@ with that link capped at half the calibrated bandwidth, and once per cap fractio
 smallest cap that is caught. The cases (tcp, 1 MiB): ``OsuBandwidth`` between node1 and node2,
 and with ``--nodes 4`` also ``OsuAllreduce`` over all four nodes (its bus bandwidth crosses
 every link). Prints, side by side and per case, healthy runs failed or inconclusive, capped
-runs caught, and wall times. Usage (from the repository root, as root):
+runs caught, and wall times. With ``--spans 0,60`` the healthy runs alternate between those
+confirmation spans (``confirm_span``: seconds over which a failing value's confirmation runs
+are spread) and are printed side by side: a spell in which the whole host runs slow fails a
+healthy run when its confirmation is measured at once, not when it is spread. Usage (from the
+repository root, as root):
 
-    .venv/bin/python ci/bench/verdicts_bench.py --repetitions 10 [--nodes 4]
+    .venv/bin/python ci/bench/verdicts_bench.py --repetitions 10 [--nodes 4] [--spans 0,60]
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ def reframe(work: Path, checks: Path, env: dict[str, str], cases: list[tuple[str
             continue
         lines = log.read_text().splitlines()
         row = dict(zip(lines[0].split("|"), lines[-1].split("|")))
-        verdicts[check] = ("inconclusive" if row["ref_status"] == "inconclusive"
+        verdicts[check] = (row["ref_status"] if row["ref_status"] in ("inconclusive", "flaky")
                            else row["result"])
     return verdicts, seconds
 
@@ -71,6 +75,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repetitions", type=int, default=10)
     parser.add_argument("--nodes", type=int, choices=sorted(CASES), default=2)
+    parser.add_argument("--capped-repetitions", type=int,
+                        help="runs with the link at half speed (default: --repetitions)")
+    parser.add_argument("--spans", default="",
+                        help="confirmation spans (s) the healthy runs alternate between, e.g. "
+                             "0,60 (default: the check's own)")
     parser.add_argument("--calibration-runs", type=int, default=8)
     parser.add_argument("--fractions", default="0.9,0.8,0.7,0.6,0.5",
                         help="link caps to try, as fractions of the calibrated bandwidth")
@@ -113,22 +122,29 @@ def main() -> int:
             finally:
                 run([*cluster, "restore"], env, check=True)
 
-        healthy = [reframe(tmp / f"healthy{i}", checks, env, cases)
-                   for i in range(args.repetitions)]
-        half = [capped(0.5, f"half{i}") for i in range(args.repetitions)]
+        spans = [s for s in args.spans.split(",") if s] or [""]
+        healthy: dict[str, list[tuple[dict[str, str], float]]] = {s: [] for s in spans}
+        for i in range(args.repetitions):
+            for span in spans:  # alternating: a slow spell of the host meets every span
+                extra = ["-S", f"confirm_span={span}"] if span else []
+                healthy[span].append(reframe(tmp / f"healthy{i}-{span}", checks, env, cases,
+                                             *extra))
+        half = [capped(0.5, f"half{i}")
+                for i in range(args.capped_repetitions or args.repetitions)]
         sweep = {f: capped(f, f"cap{f}")[0] for f in map(float, args.fractions.split(","))}
+        columns = {(f"healthy {s} s" if s else "healthy"): runs for s, runs in healthy.items()}
+        columns["link at 1/2"] = half
         print()
-        print(f"{'':34}{'healthy':>12}{'link at 1/2':>14}")
+        print(f"{'':34}" + "".join(f"{c:>16}" for c in columns))
         for check, _ in cases:
-            print(f"{check + ' runs':34}{len(healthy):>12}{len(half):>14}")
+            print(f"{check + ' runs':34}" + "".join(f"{len(r):>16}" for r in columns.values()))
             for verdict, label in (("fail", "failed (a verdict of fail)"),
+                                   ("flaky", "flaky (not confirmed)"),
                                    ("inconclusive", "inconclusive"), ("error", "error")):
-                print(f"{'  ' + label:34}"
-                      f"{sum(v[check] == verdict for v, _ in healthy):>12}"
-                      f"{sum(v[check] == verdict for v, _ in half):>14}")
-        mid_healthy = sorted(s for _, s in healthy)[len(healthy) // 2]
-        mid_half = sorted(s for _, s in half)[len(half) // 2]
-        print(f"{'median session wall time (s)':34}{mid_healthy:>12.1f}{mid_half:>14.1f}")
+                print(f"{'  ' + label:34}" + "".join(
+                    f"{sum(v[check] == verdict for v, _ in r):>16}" for r in columns.values()))
+        print(f"{'median session wall time (s)':34}" + "".join(
+            f"{sorted(s for _, s in r)[len(r) // 2]:>16.1f}" for r in columns.values()))
         print()
         for check, _ in cases:
             print(f"{check}: cap (fraction of baseline) -> verdict: " +
