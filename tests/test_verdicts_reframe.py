@@ -74,7 +74,9 @@ def test_a_failing_value_under_a_cpu_hog_is_inconclusive(tmp_path):
 def test_a_failure_confirmed_on_a_quiet_host_fails_though_the_job_was_busy(tmp_path):
     """CPU hogs take the host while the value is first measured and end before it is
     confirmed: the confirmation runs wait for a quiet host, are metered by themselves, and
-    their failure is a failure although the job as a whole was contended."""
+    their failure is a failure although the job as a whole was contended. The confirmation
+    runs follow at once (``confirm_span=0``): spread over a quiet minute they would dilute the
+    job's share of other work below the contended mark, and the job would not be contended."""
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
 
     def end_hogs_at_the_last_repeat() -> None:
@@ -89,8 +91,8 @@ def test_a_failure_confirmed_on_a_quiet_host_fails_though_the_job_was_busy(tmp_p
     watcher.start()
     try:
         proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL,
-                           checks=_checks(tmp_path), perflog_dir=tmp_path / "perflogs",
-                           cwd=tmp_path)
+                           "-S", "confirm_span=0", checks=_checks(tmp_path),
+                           perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
     finally:
         for hog in hogs:
             hog.kill()
