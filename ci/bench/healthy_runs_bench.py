@@ -60,7 +60,7 @@ def session(prefix: Path, extra: list[str]) -> dict[str, object]:
     cases = json.loads(report.read_text())["runs"][-1]["testcases"] if report.is_file() else []
     results = Counter(str(c.get("result")) for c in cases)
     failed = [f"{c.get('display_name') or c.get('name')} @{c.get('system')}:"
-              f"{c.get('environ')}: {(c.get('fail_reason') or '').splitlines()[:1]}"
+              f"{c.get('environ')}: {' '.join((c.get('fail_reason') or '').split())[:400]}"
               for c in cases if c.get("result") == "fail"]
     return {"rc": proc.returncode, "seconds": seconds, "results": results,
             "verdicts": perflog_verdicts(prefix / "perflogs"), "failed": failed}
