@@ -187,17 +187,20 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
             repeat(short)
             if sum(map(len, values.values())) == before:
                 break  # a repeat that prints nothing will not start printing
+    def beyond_limit(sizes: list[int]) -> list[int]:
+        """The sizes whose best value so far crosses their failure limit."""
+        return [s for s in sizes if s in plan.fail_limits and values[s] and crosses(
+            best(values[s], plan.lower_is_better), plan.fail_limits[s], plan.lower_is_better)]
+
     first_batch = {s: best(v, plan.lower_is_better) for s, v in values.items() if v}
-    failing = [s for s, v in first_batch.items()
-               if s in plan.fail_limits and crosses(v, plan.fail_limits[s], plan.lower_is_better)]
+    failing = beyond_limit(plan.sizes)
     confirming = list(failing)
     span_start, quiet_left = time.monotonic(), plan.quiet_wait_s
     for run in range(plan.repeats if failing else 0):
         slot = span_start + plan.confirm_span_s * run / max(plan.repeats - 1, 1)
         time.sleep(max(0.0, slot - time.monotonic()))
         quiet_left = max(0.0, quiet_left - confirm(confirming, quiet_left))
-        confirming = [s for s in confirming if crosses(
-            best(values[s], plan.lower_is_better), plan.fail_limits[s], plan.lower_is_better)]
+        confirming = beyond_limit(confirming)
         if not confirming:
             break  # a run that no longer fails: the failure did not reproduce
     interference = meter.stop()
