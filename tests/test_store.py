@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sqlite3
 import subprocess
@@ -53,6 +54,32 @@ def test_two_ingests_at_once_lose_and_duplicate_nothing(tmp_path: Path):
         mislinked = conn.execute("SELECT COUNT(*) FROM samples v LEFT JOIN runs r "
                                  "ON r.id = v.run_id WHERE r.time IS NOT v.time").fetchone()[0]
     assert dupes == 0 and mislinked == 0  # every value points at its own run
+
+
+def _open_new_store(db: str, answers) -> None:
+    try:
+        with Store(db) as store:
+            store.count()
+        answers.put("ok")
+    except Exception as err:  # noqa: BLE001 - the answer is what the test compares
+        answers.put(repr(err))
+
+
+def test_two_processes_creating_the_same_store_at_once_both_succeed(tmp_path: Path):
+    # Setting the journal mode of a new store does not wait for a lock: two ingests that
+    # start on a new store together failed "locked" about one time in three.
+    ctx = multiprocessing.get_context("fork")
+    for attempt in range(40):
+        answers = ctx.Queue()
+        db = str(tmp_path / f"new{attempt}.db")
+        procs = [ctx.Process(target=_open_new_store, args=(db, answers)) for _ in range(2)]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(timeout=120)
+        assert [answers.get(timeout=5) for _ in procs] == ["ok", "ok"], f"attempt {attempt}"
+    with sqlite3.connect(tmp_path / "new0.db") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 def test_locked_database_is_one_clear_error(tmp_path: Path, run_fabreg):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -239,10 +240,28 @@ class Store:
                               f"(tables: {', '.join(sorted(tables))})")
         if not create:
             raise FabregError(f"store {self.path} is empty: run 'fabreg ingest PATH' first")
-        mode = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        mode = self._journal_mode("WAL")
         if mode.lower() != "wal":  # e.g. a file system without shared memory
-            self.conn.execute("PRAGMA journal_mode=DELETE")
+            self._journal_mode("DELETE")
         self._script(SCHEMA)
+
+    def _journal_mode(self, mode: str) -> str:
+        """Set the journal mode, waiting like any write for another process's lock.
+
+        SQLite answers a journal-mode change with "database is locked" at once, without
+        calling the busy handler, while another connection reads or creates the file: two
+        ingests starting on a new store at the same moment hit this.
+        """
+        deadline = time.monotonic() + self.timeout
+        pause = 0.001
+        while True:
+            try:
+                return str(self.conn.execute(f"PRAGMA journal_mode={mode}").fetchone()[0])
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
     def _script(self, sql: str) -> None:
         try:
@@ -480,11 +499,11 @@ class Store:
             args.append(since)
         parsed: dict[str, dict[str, str]] = {}
         out = []
-        for test, environ, perfvar, time, value, unit, run_key, attrs in self._query(
+        for test, environ, perfvar, when, value, unit, run_key, attrs in self._query(
                 sql + " ORDER BY v.time, r.run_key, s.perfvar", args):
             if attrs not in parsed:
                 parsed[attrs] = json.loads(attrs or "{}")
-            out.append(RunValue(test, environ, perfvar, time, value, unit, run_key,
+            out.append(RunValue(test, environ, perfvar, when, value, unit, run_key,
                                 parsed[attrs]))
         return out
 
