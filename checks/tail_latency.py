@@ -199,37 +199,12 @@ class TailLatency(ProbeCheck):
         for r in runs:
             if r.loaded is None or r.background_rounds < 1:
                 raise SanityError("the background pairs completed no round of traffic")
-        higher = [r for r in runs if r.loaded and r.loaded.p99_over_p50 >
-                  r.quiet.p99_over_p50]
-        pairs = ", ".join(f"{r.quiet.p99_over_p50:.2f} -> "
-                          f"{r.loaded.p99_over_p50 if r.loaded else 0:.2f}" for r in runs)
-        if self.contended() and not result["within_target"]:
-            # A busy host raises the quiet tail too: nothing can be said, not a failure.
-            return self.inconclusive(f"p99/p50 {result['reached']:.2f} against the target "
-                                     f"{self.tail_target:g}; {self.contention_note()}")
-        if 2 * len(higher) <= len(runs):
-            problem = (f"p99/p50 not higher under background traffic in most runs (quiet -> "
-                       f"loaded: {pairs})")
-            if self.contended():
-                return self.inconclusive(f"{problem}; {self.contention_note()}")
-            ceiling = self.tail_target * (1 + float(result["tolerance"]))
-            if float(result["quiet_ratio"]) > ceiling:
-                # The host's own tail is already past the environment: a background cannot
-                # be seen against it (4 ranks on 2 cores here: quiet p99/p50 2-6).
-                return self.inconclusive(
-                    f"{problem}; the host's own tail (quiet p99/p50 "
-                    f"{result['quiet_ratio']:.2f}) is already above the {self.environment} "
-                    f"target {self.tail_target:g}")
-            raise SanityError(f"{problem}: the background does not reach the measured ranks")
-        if not result["within_target"]:
-            side = ("the gentlest background already exceeds it" if result["gentlest"] and
-                    result["reached"] > self.tail_target else
-                    "the strongest background stays below it" if result["strongest"] else
-                    "no background step lands within the tolerance")
-            return self.inconclusive(
-                f"{self.environment} environment not reached: p99/p50 {result['reached']:.2f} "
-                f"against the target {self.tail_target:g} +/- "
-                f"{result['tolerance']:.0%} ({side}; quiet p99/p50 {result['quiet_ratio']:.2f})")
+        judged = tail_environment.judge(result, runs,
+                                        self.contention_note() if self.contended() else "")
+        if judged.verdict == "broken":
+            raise SanityError(judged.why)
+        if judged.verdict == "inconclusive":
+            return self.inconclusive(judged.why)
         return True
 
     @run_before("performance")
