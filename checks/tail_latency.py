@@ -10,7 +10,9 @@ p99/p50 reaches a target. ``environment`` is a parameter:
 
 The job runs ``fabreg.run.tail_environment``: it bisects a ladder of background intensities
 with short probe runs until the loaded tail lands near the target, then measures
-``repeats`` full runs there (figures: their medians). The ratio reached, the background
+``repeats`` full runs there (figures: their medians; in the quiet environment, which
+references judge, the lowest of the runs, and a failing one is confirmed by more runs spread
+in time: fabreg.run.confirm). The ratio reached, the background
 chosen and the calibration steps are logged. The probe alternates blocks with its
 background asleep and streaming, so each run also shows whether the background reaches the
 measured ranks at all. A host busy with other work makes an environment ``inconclusive``
@@ -34,6 +36,8 @@ from reframe.core.logging import getlogger
 
 from fabreg.run import collectives, tail_environment
 from fabreg.run.parsers.probes import TailLatencyResult, parse_tail_latency
+from fabreg.run.references import Assessment
+from fabreg.testlib.measurement import confirmed_verdicts
 from fabreg.testlib.workloads import ProbeCheck
 
 #: (collective, algorithm) pairs compared; "default" is the MPI's own choice.
@@ -70,8 +74,20 @@ class TailLatency(ProbeCheck):
     warmup = variable(int, value=50, loggable=False)
     measured_ranks = variable(int, value=2, loggable=True)
     background_pairs = variable(int, value=1, loggable=True)
-    #: Measured runs per test case at the chosen background; the figures are their medians.
+    #: Measured runs per test case at the chosen background; the figures are their medians
+    #: (quiet environment: their lowest).
     repeats = variable(int, value=3, loggable=True)
+    #: Seconds over which the confirmation runs of a failing quiet figure are spread.
+    #:
+    #: :type: ``float``
+    #: :default: ``60.0``
+    confirm_span = variable(float, value=60.0, loggable=False)
+    #: Perf variable -> its best first value, for quiet figures measured again because they
+    #: failed.
+    #:
+    #: :type: ``dict``
+    #: :default: ``{}``
+    confirmation = variable(dict, value={}, loggable=True)
     #: Iterations and blocks of one calibration step.
     #:
     #: :type: ``int``
@@ -161,10 +177,14 @@ class TailLatency(ProbeCheck):
     @run_before("run", always_last=True)
     def run_through_environment_driver(self) -> None:
         command = [*self.launcher_argv(), self.probe_path()]
+        refs = self.references()
         tail_environment.Plan(
             command=command, options=list(self.executable_opts), environment=self.environment,
             calibration_iterations=self.calibration_iterations,
             calibration_blocks=self.calibration_blocks, repeats=self.repeats,
+            fail_limits={name: ref.failure_limit for name in tail_environment.QUIET_FIGURES
+                         if (ref := refs.get(name))},
+            confirm_span_s=self.confirm_span, contended_share=self.contended_share,
         ).save(Path(self.stagedir, tail_environment.PLAN))
         self.job.launcher = getlauncher("local")()
         self.executable = sys.executable
@@ -207,14 +227,30 @@ class TailLatency(ProbeCheck):
             return self.inconclusive(judged.why)
         return True
 
+    def qualify(self, assessments: list[Assessment]) -> dict[str, tuple[str, str]]:
+        """A quiet figure that failed in its first runs but not in its confirmation is
+        ``flaky``; one measured while other work took the CPUs is ``inconclusive``."""
+        result = self.environment_result()
+        return confirmed_verdicts(assessments, self.metered() or {"other_share": 0.0},
+                                  self.contended(), self.confirmation,
+                                  dict(result.get("quiet_confirmations", {})))
+
+    @run_before("performance")
+    def log_confirmation(self) -> None:
+        self.confirmation = dict(self.environment_result().get("confirmation", {}))
+
     @run_before("performance")
     def set_perf_variables(self) -> None:
+        # Quiet: the lowest of the runs, which interference cannot fake (it only raises a
+        # latency and its tail). Loaded: the median, which describes the environment reached.
+        pick = statistics.median if self.loaded() else min
+
         def figure(name: str) -> float:
             values = []
             for result in self.results():
                 stats = result.loaded if self.loaded() else result.quiet
                 values.append(float(getattr(stats, name)) if stats else 0.0)
-            return statistics.median(values)
+            return pick(values)
 
         self.perf_variables = {
             "p50": sn.make_performance_function(figure, "us", "p50_us"),

@@ -19,7 +19,7 @@ import pytest
 from conftest import REPO
 from test_probes import MPIS, make
 
-from fabreg.run import interference, measure, procfs
+from fabreg.run import confirm, interference, measure, procfs
 from fabreg.run.interference import TOKEN_VARIABLE, InterferenceMeter
 
 pytestmark = pytest.mark.slow
@@ -97,13 +97,13 @@ def test_the_confirmation_stops_at_the_first_run_that_no_longer_fails(osu_latenc
     limit = max(measure.measure(plan(osu_latency, sizes=[8]), healthy)["values"]["8"]) * 1.5
     unbound = ["--bind-to", "none"] if "openmpi" in osu_latency[0] else []
     command = ["taskset", "-c", str(cores[0]), osu_latency[0], *unbound, *osu_latency[1:]]
-    quiet = measure.wait_for_quiet
+    quiet = confirm.wait_for_quiet
 
     def cores_back(*args):
         command[:] = osu_latency
         return quiet(*args)
 
-    monkeypatch.setattr(measure, "wait_for_quiet", cores_back)
+    monkeypatch.setattr(confirm, "wait_for_quiet", cores_back)
     busy = tmp_path / "busy"
     busy.mkdir()
     result = measure.measure(plan(command, sizes=[8], fail_limits={8: limit},

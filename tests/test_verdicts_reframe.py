@@ -182,3 +182,32 @@ def test_tail_latency_on_a_busy_host_is_inconclusive_never_a_sanity_failure(tmp_
         assert row["tail_verdict"].startswith("inconclusive: p99/p50 "), row["tail_verdict"]
         assert "other work took" in row["tail_verdict"]
         assert row["tail_verdict"] in out
+
+
+@pytest.mark.skipif(not shutil.which("ucx_perftest"), reason="ucx_perftest is not installed")
+def test_a_client_server_failure_is_confirmed_in_the_job_spread_in_time(tmp_path):
+    """ucx_perftest through ReFrame against a latency no host meets: the failing figure is
+    measured again in the job, spread over the span, and fails with its first value logged."""
+    checks = tmp_path / "checks"
+    (checks / "references").mkdir(parents=True)
+    shutil.copy(REPO / "checks" / "ucx_perftest.py", checks)
+    (checks / "references" / "local.yaml").write_text(
+        "system: local\nreferences:\n  - {benchmark: ucx_perftest_tag_lat, metric: latency, "
+        "size: 8, transport: tcp, nodes: 1, value: 0.001, unit: us, fail: 0.5}\n")
+    proc = run_reframe("-r", "-n", "UcxPerftestLatency%nodes=1%ucx_test=tag_lat%transport=tcp"
+                       "%buffer=host",
+                       "-S", "UcxPerftestLatency.iterations=2000", "-S", "confirm_span=4",
+                       "-S", "contended_share=1.0", checks=checks,
+                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Failing phase: performance" in out, out[-4000:]
+    lines = (tmp_path / "perflogs" / "local" / "default" / "UcxPerftestLatency.log"
+             ).read_text().splitlines()
+    row = dict(zip(lines[0].split("|"), lines[-1].split("|")))
+    assert row["ref_status"] == "fail"
+    assert set(json.loads(row["confirmation"])) == {"latency_8B"}
+    measured = json.loads(next((tmp_path / "stage").rglob("client-server.json")).read_text())
+    started = [r["started"] for r in measured["runs"]]
+    assert len(started) == 6, measured["runs"]  # 3 runs, then 3 confirmation runs
+    assert started[5] - started[3] >= 3.5  # spread over the span
+    assert float(row["latency_8B_value"]) == min(measured["values"]["latency_8B"])

@@ -55,6 +55,15 @@ def test_ucx_perftest_final_row(golden, name, kind, iters, p50, avg, bw, rate):
     assert failure_reason(text) is None
 
 
+def test_ucx_perftest_final_row_with_an_infinite_interval_average(golden):
+    # Server and client on one core: no iteration completed in the last report interval,
+    # so the interval columns read inf and 0; the p50 and the overall figures still hold.
+    result = parse_ucx_perftest(_read(golden, "ucx_perftest-1.13/tcp-tag_lat-one-core-inf.txt"))
+    assert result.p50_usec == pytest.approx(4008.542)
+    assert result.average_usec == float("inf") and result.msgrate_average == 0
+    assert result.overall_usec == pytest.approx(4007.837) and result.msgrate_overall == 250
+
+
 def test_ucx_perftest_refused_connection(golden):
     text = _read(golden, "ucx_perftest-1.13/no-server.txt")
     with pytest.raises(UcxPerftestError) as info:

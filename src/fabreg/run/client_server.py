@@ -1,17 +1,38 @@
-"""Server + client benchmarks (perftest's ib_*, ucx_perftest) started in one job.
+"""Server + client benchmarks (perftest's ib_*, ucx_perftest) in one job: ``python -m
+fabreg.run.client_server PLAN.json``.
 
-The job runs a generated script: it starts the server in the background, runs
-the client (retrying while the server is not listening yet), prints the
-client's output on stdout, keeps the server's in ``server.out``, and stops the
-server if it has not exited by itself. On one node both sides run there; on
-two nodes (a Slurm allocation) the server runs on the first node and the client
-on the second, each through ``srun``.
+The job runs this driver. It writes a bash script that runs one server/client pair: it
+starts the server in the background, runs the client (retrying while the server is not
+listening yet), keeps the client's output in a file and the server's in ``server.out``, and
+stops the server if it has not exited by itself. On one node both sides run there; on two
+nodes (a Slurm allocation) the server runs on the first node and the client on the second,
+each through ``srun``. The driver runs the pair ``repeats`` times (each on a port of its
+own, so that no server waits for the last one's port to be released), prints the first
+run's client output on stdout, reads the judged figures of every run, and has a figure
+whose best value crosses its failure limit measured again (:mod:`fabreg.run.confirm`).
+Everything it learnt goes to ``client-server.json``.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
-from collections.abc import Sequence
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fabreg.run.confirm import Confirmation, Limit, best, beyond_limit, spread
+from fabreg.run.interference import CONTENDED_SHARE, TOKEN_VARIABLE, JobMeter, exclusive_allocation
+from fabreg.run.launch import JsonPlan, plan_argument
+from fabreg.run.parsers.perftest import parse_perftest
+from fabreg.run.parsers.ucx_perftest import parse_ucx_perftest
 
 #: What clients print when the server is not listening yet.
 NOT_LISTENING = ("Connection refused", "Couldn't connect to", "connect() failed")
@@ -19,6 +40,11 @@ NOT_LISTENING = ("Connection refused", "Couldn't connect to", "connect() failed"
 SCRIPT = "client_server.sh"
 SERVER_OUT = "server.out"
 CLIENT_OUT = "client.out"
+PLAN = "client-server-plan.json"
+RESULT = "client-server.json"
+#: Where the client's argv takes the server's host name and the port.
+SERVER_HOST = "{server_host}"
+PORT = "{port}"
 
 
 def _cmd(argv: Sequence[str]) -> str:
@@ -30,24 +56,29 @@ def repeat_output(run: int) -> str:
     return CLIENT_OUT if run == 1 else f"{CLIENT_OUT}.{run}"
 
 
-def script(server: Sequence[str], client: Sequence[str], *, nodes: int = 1,
-           server_host_placeholder: str = "{server_host}", attempts: int = 50,
-           settle_seconds: float = 10.0,
-           repeats: Sequence[tuple[Sequence[str], Sequence[str]]] = ()) -> str:
-    """A bash script running ``server`` and ``client`` (argv lists).
+def free_port() -> int:
+    """A TCP port nobody listens on right now (for a benchmark server)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
 
-    ``client`` may contain ``server_host_placeholder``; it is replaced by
-    ``127.0.0.1`` on one node, or by the first node's host name on two. ``repeats`` are
-    further (server, client) runs after a successful first one (each with its own port, so
-    that no server waits for the last one's port to be released); their client outputs go
-    to ``client.out.2``, ``client.out.3``... The job's stdout is the first run's.
+
+def script(server: Sequence[str], client: Sequence[str], *, nodes: int = 1,
+           attempts: int = 50, settle_seconds: float = 10.0) -> str:
+    """A bash script, ``client_server.sh OUT PORT``, running ``server`` and ``client`` once.
+
+    ``{port}`` in either argv is replaced by PORT; ``{server_host}`` in ``client`` by
+    ``127.0.0.1`` on one node, or by the first node's host name on two. The client's output
+    goes to OUT; the script exits with the client's status.
     """
     markers = " ".join(f"-e {shlex.quote(m)}" for m in NOT_LISTENING)
 
-    def client_line(argv: Sequence[str]) -> str:
-        return _cmd(argv).replace(shlex.quote(server_host_placeholder),
-                                  '"$server_host"').replace(server_host_placeholder,
-                                                            "$server_host")
+    def line(argv: Sequence[str]) -> str:
+        text = _cmd(argv)
+        for placeholder, variable in ((SERVER_HOST, "$server_host"), (PORT, "$port")):
+            text = text.replace(shlex.quote(placeholder), f'"{variable}"')
+            text = text.replace(placeholder, variable)
+        return text
     if nodes == 1:
         placement = 'server_host=127.0.0.1\nserver_prefix=()\nclient_prefix=()\n'
     else:
@@ -61,40 +92,168 @@ def script(server: Sequence[str], client: Sequence[str], *, nodes: int = 1,
             'client_prefix=(srun -N1 -n1 -w "${hosts[1]}")\n'
         )
     ticks = int(settle_seconds * 10)
-    runs = [(server, client), *repeats]
-    calls = [f"srv=({_cmd(server)}); cli=({client_line(client)})",
-             f"pair {CLIENT_OUT}; first=$rc; cat {CLIENT_OUT}"]
-    for i, (srv, cli) in enumerate(repeats, start=2):
-        calls.append(f"if [ $first -eq 0 ]; then srv=({_cmd(srv)}); "
-                     f"cli=({client_line(cli)}); pair {repeat_output(i)}; fi")
-    body = "\n".join(calls)
     return f"""#!/bin/bash
-# Generated by fabreg.run.client_server: a benchmark server and its client, {len(runs)} run(s).
+# Generated by fabreg.run.client_server: one run of a benchmark server and its client.
+# usage: {SCRIPT} OUT PORT (the client's output goes to OUT)
+out=$1
+port=$2
 {placement}
 server=
 trap '[ -n "$server" ] && kill $server 2>/dev/null' EXIT
-# pair OUT: one run of "${{srv[@]}}" and "${{cli[@]}}"; the client's output goes to OUT and
-# its status to $rc; the server's output is appended to {SERVER_OUT}.
-pair() {{
-    local out=$1
-    "${{server_prefix[@]}}" "${{srv[@]}}" >> {SERVER_OUT} 2>&1 &
-    server=$!
-    rc=1
-    for attempt in $(seq 1 {attempts}); do
-        "${{client_prefix[@]}}" "${{cli[@]}}" > "$out" 2>&1
-        rc=$?
-        if [ $rc -eq 0 ] || ! grep -q {markers} "$out"; then break; fi
-        kill -0 $server 2>/dev/null || break
-        sleep 0.2
-    done
-    for tick in $(seq 1 {ticks}); do
-        kill -0 $server 2>/dev/null || break
-        sleep 0.1
-    done
-    kill $server 2>/dev/null
-    wait $server 2>/dev/null
-    server=
-}}
-{body}
-exit $first
+"${{server_prefix[@]}}" {line(server)} >> {SERVER_OUT} 2>&1 &
+server=$!
+rc=1
+for attempt in $(seq 1 {attempts}); do
+    "${{client_prefix[@]}}" {line(client)} > "$out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] || ! grep -q {markers} "$out"; then break; fi
+    kill -0 $server 2>/dev/null || break
+    sleep 0.2
+done
+for tick in $(seq 1 {ticks}); do
+    kill -0 $server 2>/dev/null || break
+    sleep 0.1
+done
+kill $server 2>/dev/null
+wait $server 2>/dev/null
+server=
+exit $rc
 """
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One judged figure of the client's output: which reader, which field (and size)."""
+
+    reader: str
+    field: str
+    lower_is_better: bool
+    size: int = 0
+
+
+def _ucx_perftest(text: str, figure: Figure) -> float:
+    return float(getattr(parse_ucx_perftest(text), figure.field))
+
+
+def _perftest(text: str, figure: Figure) -> float:
+    table = parse_perftest(text)
+    # perftest's MB/sec is MiB/s: bandwidth is converted to decimal MB/s like OSU's.
+    if figure.field.startswith("bw_"):
+        return table.bandwidth_mbs(figure.size, figure.field)
+    return table.value(figure.size, figure.field)
+
+
+#: How each benchmark's output gives a figure.
+READERS: dict[str, Callable[[str, Figure], float]] = {
+    "ucx_perftest": _ucx_perftest,
+    "perftest": _perftest,
+}
+
+
+@dataclass
+class Plan(JsonPlan):
+    """What the job runs; written by the check, read by the driver in the job."""
+
+    #: The server's and the client's argv (``{port}``, ``{server_host}`` filled in per run).
+    server: list[str]
+    client: list[str]
+    nodes: int = 1
+    #: Perf variable -> how to read it from a client's output.
+    figures: dict[str, Figure] = field(default_factory=dict)
+    #: Perf variable -> its failure limit, where a reference exists.
+    fail_limits: dict[str, float] = field(default_factory=dict)
+    repeats: int = 3
+    contended_share: float = CONTENDED_SHARE
+    quiet_wait_s: float = 30.0
+    confirm_span_s: float = 60.0
+    #: Seconds one run may take before it is ended.
+    run_timeout_s: float = 300.0
+
+    @classmethod
+    def decoded(cls, data: dict[str, Any]) -> dict[str, Any]:
+        figures = {k: Figure(**v) for k, v in data.get("figures", {}).items()}
+        return {**data, "figures": figures}
+
+
+def _figures(path: Path, figures: dict[str, Figure]) -> dict[str, float]:
+    """The figures a client output gives; an unreadable output gives none."""
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    out = {}
+    for name, figure in figures.items():
+        try:
+            out[name] = READERS[figure.reader](text, figure)
+        except Exception:  # noqa: BLE001 - a run that printed no figure adds nothing
+            continue
+    return out
+
+
+def run(plan: Plan, workdir: Path) -> dict[str, Any]:
+    """Run the plan in ``workdir``; return (and write) what ``client-server.json`` holds."""
+    token = uuid.uuid4().hex
+    env = dict(os.environ, **{TOKEN_VARIABLE: token})
+    (workdir / SCRIPT).write_text(script(plan.server, plan.client, nodes=plan.nodes))
+    meter = JobMeter(token, workdir).start()
+    values: dict[str, list[float]] = {name: [] for name in plan.figures}
+    runs: list[dict[str, Any]] = []
+
+    def pair(names: Sequence[str] = ()) -> list[str]:
+        out = repeat_output(len(runs) + 1)
+        started, begin = time.time(), time.monotonic()
+        try:
+            rc = subprocess.run(["bash", SCRIPT, out, str(free_port())], cwd=workdir, env=env,
+                                timeout=plan.run_timeout_s).returncode
+        except subprocess.TimeoutExpired:
+            rc = 124
+        runs.append({"output": out, "returncode": rc, "started": round(started, 3),
+                     "seconds": round(time.monotonic() - begin, 3)})
+        got = _figures(workdir / out, plan.figures)
+        for name, value in got.items():
+            if not names or name in names:
+                values[name].append(value)
+        return [n for n in got if not names or n in names]
+
+    pair()
+    first = workdir / CLIENT_OUT
+    if first.is_file():
+        sys.stdout.write(first.read_text(errors="replace"))
+        sys.stdout.flush()
+    if runs[0]["returncode"] == 0:
+        while len(runs) < plan.repeats:
+            pair()
+    limits = {name: Limit(limit, plan.figures[name].lower_is_better)
+              for name, limit in plan.fail_limits.items() if name in plan.figures}
+
+    def still_failing(names: list[str]) -> list[str]:
+        return beyond_limit(values, limits, names)
+
+    first_batch = {n: best(v, plan.figures[n].lower_is_better) for n, v in values.items() if v}
+    failing = still_failing(list(plan.figures)) if runs[0]["returncode"] == 0 else []
+    quiet = Confirmation(token, workdir, plan.repeats, plan.confirm_span_s, plan.quiet_wait_s,
+                         plan.contended_share).confirm(failing, pair, still_failing)
+    interference = meter.stop()
+    result = {
+        "values": values,
+        "best": {n: best(v, plan.figures[n].lower_is_better) for n, v in values.items() if v},
+        "spread": {n: round(spread(v, plan.figures[n].lower_is_better), 4)
+                   for n, v in values.items() if v},
+        "confirmation": {n: first_batch[n] for n in failing},
+        "quiet_confirmations": quiet,
+        "interference": interference.as_dict(),
+        "contended": interference.contended(plan.contended_share),
+        "exclusive": exclusive_allocation(),
+        "runs": runs,
+        "returncode": runs[0]["returncode"],
+    }
+    (workdir / RESULT).write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    path = plan_argument("fabreg.run.client_server", argv)
+    if path is None:
+        return 2
+    return int(run(Plan.load(path), path.parent)["returncode"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

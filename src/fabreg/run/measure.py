@@ -10,15 +10,9 @@ of the benchmark; it:
    as the benchmark printed it);
 2. repeats it at the asserted sizes until each has ``repeats`` values or the time budget
    is spent;
-3. re-measures a size whose best value still crosses its failure limit (up to ``repeats``
-   more runs, even past the budget): only a failure that reproduces is *confirmed*. The
-   confirmation runs are spread over ``confirm_span_s``: a virtual machine has spells in
-   which the whole host runs slow with no process to blame (on a 2-core VM: every launch of
-   a healthy ``osu_bw`` 25-35 % slow for up to ~20 s, several times an hour), and a spell
-   ends within the span while a fault does not. They stop at the first run that no longer
-   fails. Each confirmation run first waits (up to ``quiet_wait_s`` in all) for a second in
-   which other work leaves the host alone, and is metered by itself: a failure confirmed by
-   a quiet run is a failure even if other work took the CPUs during the rest of the job;
+3. re-measures a size whose best value still crosses its failure limit, spread in time and
+   on a quiet host (:mod:`fabreg.run.confirm`): only a failure that reproduces is
+   *confirmed*;
 4. meters the CPU time other work took on the host meanwhile (``fabreg.run.interference``);
 5. ends a launch that printed its complete table but does not exit (MPICH 4.0 with UCX
    1.13 hangs in ``MPI_Finalize`` over TCP) after a grace period, keeping its values.
@@ -38,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fabreg.run.confirm import Confirmation, Limit, best, beyond_limit, spread
 from fabreg.run.interference import (
     CONTENDED_SHARE,
     TOKEN_VARIABLE,
-    InterferenceMeter,
     JobMeter,
     exclusive_allocation,
 )
@@ -109,32 +103,6 @@ def _values(path: Path, sizes: list[int], column: str | None) -> dict[int, float
     return out
 
 
-def best(values: list[float], lower_is_better: bool) -> float:
-    return min(values) if lower_is_better else max(values)
-
-
-def spread(values: list[float], lower_is_better: bool) -> float:
-    """How far the worst value lies from the best, relative to the best."""
-    top = best(values, lower_is_better)
-    worst = max(values) if lower_is_better else min(values)
-    return abs(worst - top) / top if top else 0.0
-
-
-def crosses(value: float, limit: float, lower_is_better: bool) -> bool:
-    return value > limit if lower_is_better else value < limit
-
-
-def wait_for_quiet(token: str, threshold: float, deadline: float) -> float:
-    """Wait, one-second windows at a time, until other work takes at most ``threshold`` of
-    this host's CPU or ``deadline`` (monotonic) passes; return the last window's share."""
-    while True:
-        meter = InterferenceMeter(token, interval=0.2).start()
-        time.sleep(1.0)
-        share = meter.stop().share
-        if share <= threshold or time.monotonic() >= deadline:
-            return share
-
-
 def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     """Run the plan in ``workdir``; return (and write) what ``measure.json`` holds."""
     token = uuid.uuid4().hex
@@ -143,8 +111,6 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     start = time.monotonic()
     launches: list[Launch] = []
     values: dict[int, list[float]] = {s: [] for s in plan.sizes}
-
-    quiet: dict[int, int] = {}  # size -> confirmation runs that measured it on a quiet host
 
     def launch(options: list[str], sizes: list[int], echo: bool = False) -> dict[int, float]:
         out = workdir / f"measure-{len(launches)}.out"
@@ -162,21 +128,6 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
         wanted = [s for s in plan.full_sizes if low <= s <= high]
         return launch(opts, wanted)
 
-    def confirm(sizes: list[int], quiet_wait: float) -> float:
-        """One confirmation run, after waiting up to ``quiet_wait`` seconds for a quiet host,
-        metered by itself; returns the seconds it waited."""
-        waited_from = time.monotonic()
-        wait_for_quiet(token, plan.contended_share, waited_from + quiet_wait)
-        waited = time.monotonic() - waited_from
-        own = workdir / f"meter-{len(launches)}"
-        own.mkdir(exist_ok=True)
-        run_meter = JobMeter(token, own).start()
-        got = repeat(sizes)
-        if not run_meter.stop().contended(plan.contended_share):
-            for size in got:
-                quiet[size] = quiet.get(size, 0) + 1
-        return waited
-
     launch(plan.full_options, plan.full_sizes, echo=True)
     first = launches[0]
     if all(values[s] for s in plan.sizes) and not (first.returncode and not
@@ -187,22 +138,15 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
             repeat(short)
             if sum(map(len, values.values())) == before:
                 break  # a repeat that prints nothing will not start printing
-    def beyond_limit(sizes: list[int]) -> list[int]:
-        """The sizes whose best value so far crosses their failure limit."""
-        return [s for s in sizes if s in plan.fail_limits and values[s] and crosses(
-            best(values[s], plan.lower_is_better), plan.fail_limits[s], plan.lower_is_better)]
+    limits = {s: Limit(v, plan.lower_is_better) for s, v in plan.fail_limits.items()}
+
+    def still_failing(sizes: list[int]) -> list[int]:
+        return beyond_limit(values, limits, sizes)
 
     first_batch = {s: best(v, plan.lower_is_better) for s, v in values.items() if v}
-    failing = beyond_limit(plan.sizes)
-    confirming = list(failing)
-    span_start, quiet_left = time.monotonic(), plan.quiet_wait_s
-    for run in range(plan.repeats if failing else 0):
-        slot = span_start + plan.confirm_span_s * run / max(plan.repeats - 1, 1)
-        time.sleep(max(0.0, slot - time.monotonic()))
-        quiet_left = max(0.0, quiet_left - confirm(confirming, quiet_left))
-        confirming = beyond_limit(confirming)
-        if not confirming:
-            break  # a run that no longer fails: the failure did not reproduce
+    failing = still_failing(plan.sizes)
+    quiet = Confirmation(token, workdir, plan.repeats, plan.confirm_span_s, plan.quiet_wait_s,
+                         plan.contended_share).confirm(failing, repeat, still_failing)
     interference = meter.stop()
     final = {s: best(v, plan.lower_is_better) for s, v in values.items() if v}
     result = {

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,13 +66,6 @@ def node_counts(parts: list[Any] | None = None) -> list[int]:
     while counts[-1] * 2 <= top:
         counts.append(counts[-1] * 2)
     return counts + ([top] if counts[-1] != top else [])
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now (for a benchmark server)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
 
 
 class FabregCheck(rfm.RunOnlyRegressionTest, SchedulerEndingMixin, ReferencesMixin,

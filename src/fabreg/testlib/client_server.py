@@ -1,38 +1,36 @@
 """ClientServerCheck: a benchmark server and its client in one job (perftest, ucx_perftest).
 
-The job runs a script from ``fabreg.run.client_server``: on one node both sides run
-there, on two nodes (a Slurm allocation) the server runs on the first and the client on
-the second, each through ``srun``. The client's output is the job's stdout; the
-server's is kept in ``server.out``.
+The job runs ``fabreg.run.client_server``: on one node both sides run there, on two nodes
+(a Slurm allocation) the server runs on the first and the client on the second, each
+through ``srun``. The first client's output is the job's stdout; the server's is kept in
+``server.out``.
 
 A one-shot value is what made healthy runs fail on a busy host, so the pair runs
-``repeats`` times (each with its own port) and every figure is judged by its best value
-(the lowest latency, the highest bandwidth), which interference cannot fake: a value fails
-only when every one of its measurements failed, which is its confirmation. The spread of
-the measurements is logged. The job is metered (``MeteredJob``): a failure measured while
-other work took the CPUs is ``inconclusive``.
+``repeats`` times (each on a port of its own) and every figure is judged by its best value
+(the lowest latency, the highest bandwidth), which interference cannot fake; a figure whose
+best still fails is measured again, spread in time and on a quiet host, before it is
+reported (:class:`~fabreg.testlib.measurement.ConfirmedValues`). The spread of the
+measurements and the CPU time other work took are logged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+import sys
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
 from reframe.core.backends import getlauncher
-from reframe.core.builtins import parameter, run_after, variable
+from reframe.core.builtins import parameter, run_after
 
 from fabreg.run import client_server
-from fabreg.run.measure import best, spread
-from fabreg.testlib.base import FabregCheck, free_port, node_counts
-from fabreg.testlib.metering import MeteredJob
-
-Parsed = TypeVar("Parsed")
-#: port -> (server argv, client argv; ``{server_host}`` in the client).
-PairForPort = Callable[[str], tuple[Sequence[str], Sequence[str]]]
+from fabreg.run.client_server import Figure
+from fabreg.run.interference import HARNESS_VARIABLE, harness_identity
+from fabreg.testlib.base import FabregCheck, node_counts
+from fabreg.testlib.measurement import ConfirmedValues
 
 
-class ClientServerCheck(MeteredJob, FabregCheck):
+class ClientServerCheck(ConfirmedValues, FabregCheck):
     """Base of the checks that run one server and one client, one task per node."""
 
     #: Nodes: server and client on one node (loopback), or one on each of two nodes.
@@ -42,60 +40,50 @@ class ClientServerCheck(MeteredJob, FabregCheck):
     #: :default: values ``[n for n in node_counts() if n <= 2]``
     nodes = parameter([n for n in node_counts() if n <= 2])
 
-    #: Runs of the server/client pair; each figure is judged by its best value.
-    #:
-    #: :type: ``int``
-    #: :default: ``3``
-    repeats = variable(int, value=3, loggable=False)
-    #: Perf variable -> relative distance of its worst measurement from its best (perflog).
-    #:
-    #: :type: ``dict``
-    #: :default: ``{}``
-    spread = variable(dict, value={}, loggable=True)
-
     valid_prog_environs = ["builtin"]
-    executable = f"bash {client_server.SCRIPT}"
 
     @run_after("init")
     def one_task_per_node(self) -> None:
         self.keep_partitions_with(self.nodes)
         self.num_tasks, self.num_tasks_per_node = self.nodes, 1
 
-    def port(self) -> str:
-        """A free TCP port for the server (on the ReFrame host; fine for one-node jobs and
-        for the emulated cluster, whose nodes share nothing but their addresses)."""
-        return str(free_port())
+    def figures(self) -> dict[str, Figure]:
+        """Perf variable -> how the driver reads it from a client's output."""
+        raise NotImplementedError
 
-    def run_client_and_server(self, pair: PairForPort) -> None:
-        """Run the pair ``pair(port)`` gives, ``repeats`` times, each on a port of its own."""
-        ports: list[str] = []
-        while len(ports) < max(1, self.repeats):
-            if (port := self.port()) not in ports:
-                ports.append(port)
-        first, *more = [pair(port) for port in ports]
-        text = client_server.script(*first, nodes=self.nodes, repeats=more)
-        Path(self.stagedir, client_server.SCRIPT).write_text(text)
+    def run_client_and_server(self, server: list[str], client: list[str]) -> None:
+        """Run ``server`` and ``client`` (``{port}``, ``{server_host}`` filled in by the job)
+        through the driver, which repeats and confirms."""
+        figures = self.figures()
+        refs = self.references()
+        client_server.Plan(
+            server=server, client=client, nodes=self.nodes, figures=figures,
+            fail_limits={name: ref.failure_limit for name in figures
+                         if (ref := refs.get(name))},
+            repeats=self.repeats, contended_share=self.contended_share,
+            quiet_wait_s=self.quiet_wait, confirm_span_s=self.confirm_span,
+        ).save(Path(self.stagedir, client_server.PLAN))
+        self.env_vars[HARNESS_VARIABLE] = harness_identity()
         self.job.launcher = getlauncher("local")()
-        self.keep_files = [*self.keep_files, client_server.SERVER_OUT, *(
-            client_server.repeat_output(i) for i in range(1, self.repeats + 1))]
+        self.executable = sys.executable
+        self.executable_opts = ["-m", "fabreg.run.client_server", client_server.PLAN]
+        self.keep_files = [*self.keep_files, client_server.PLAN, client_server.RESULT,
+                           client_server.SERVER_OUT, *(client_server.repeat_output(i)
+                                                       for i in range(1, 2 * self.repeats + 1))]
 
-    def repeated(self, parse: Callable[[str], Parsed]) -> list[Parsed]:
-        """The first run (the job's stdout: sanity has read it) and every later run whose
-        output parses; a repeat cut short adds nothing rather than failing the test."""
-        out = [parse(self.output_text())]
-        for i in range(2, self.repeats + 1):
-            path = Path(self.stagedir, client_server.repeat_output(i))
-            if path.is_file():
-                try:
-                    out.append(parse(path.read_text(errors="replace")))
-                except Exception:  # noqa: BLE001 - any unreadable repeat is only left out
-                    continue
-        return out
+    def measured(self) -> dict[str, Any] | None:
+        path = Path(self.stagedir, client_server.RESULT)
+        try:
+            return dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            return None
 
-    def best_value(self, name: str, values: list[float], lower_is_better: bool) -> float:
-        """The best of ``values`` for perf variable ``name``; logs their spread."""
-        self.spread = {**self.spread, name: round(spread(values, lower_is_better), 4)}
-        return best(values, lower_is_better)
+    def best_of(self, name: str) -> float:
+        """The best of the job's measurements of ``name`` (the first run's without them)."""
+        result = self.measured()
+        if result and name in result["best"]:
+            return float(result["best"][name])
+        return client_server.READERS[(f := self.figures()[name]).reader](self.output_text(), f)
 
     def server_tail(self) -> str:
         """The server's last output line, to name why a client found nobody to talk to."""

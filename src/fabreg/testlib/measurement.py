@@ -1,9 +1,11 @@
-"""RepeatedMeasurement: judge the best of several measurements, never a one-shot value.
+"""Values measured by an in-job driver that confirms failures; the check judges the best.
 
-The job runs ``fabreg.run.measure`` instead of the benchmark (docs/references.md,
-"How a value is judged"): the whole size curve once for sanity, then repeats at the
-asserted sizes; a value still beyond its failure limit is measured again. The check judges
-the best value (interference cannot fake it) and qualifies the band's verdict:
+Two drivers measure this way (docs/references.md, "How a value is judged"):
+``fabreg.run.measure`` (OSU: the whole size curve once for sanity, then repeats at the
+asserted sizes; :class:`RepeatedMeasurement`) and ``fabreg.run.client_server`` (perftest and
+ucx_perftest: the server/client pair ``repeats`` times). Either way a value still beyond its
+failure limit is measured again (``fabreg.run.confirm``). The check judges the best value
+(interference cannot fake it) and qualifies the band's verdict (:class:`ConfirmedValues`):
 
 - ``inconclusive``: the value fails, but other work took more than ``contended_share`` of
   the host's CPU time while it was measured: not a regression, a warning with the figure;
@@ -16,7 +18,7 @@ the best value (interference cannot fake it) and qualifies the band's verdict:
 
 Logged per run: ``spread`` (how far the worst of a value's measurements lay from its best),
 ``interference`` (other work's CPU time), ``exclusive`` (did Slurm give the nodes to this
-job alone) and ``confirmation`` (the first value of each re-measured size).
+job alone) and ``confirmation`` (the first value of each re-measured figure).
 """
 
 from __future__ import annotations
@@ -42,26 +44,14 @@ from fabreg.run.interference import (
 from fabreg.run.references import Assessment
 
 
-class RepeatedMeasurement(rfm.RegressionTestPlugin):
-    """Mixin: the job measures through ``fabreg.run.measure``; the check judges the best."""
+class ConfirmedValues(rfm.RegressionTestPlugin):
+    """Mixin: an in-job driver measured and confirmed the values; qualify their verdicts."""
 
     #: Measurements of each asserted value; the best one is judged.
     #:
     #: :type: ``int``
     #: :default: ``3``
     repeats = variable(int, value=3, loggable=False)
-    #: Fraction of the time limit after which no more repeats start (a confirmation of a
-    #: failing value still runs).
-    #:
-    #: :type: ``float``
-    #: :default: ``0.5``
-    repeat_budget = variable(float, value=0.5, loggable=False)
-    #: Seconds a benchmark may go on after printing its complete results before it is
-    #: ended as hung (its values are kept).
-    #:
-    #: :type: ``float``
-    #: :default: ``20.0``
-    hang_grace = variable(float, value=20.0, loggable=False)
     #: Other work's share of the host's CPU time above which a failing value is
     #: ``inconclusive``.
     #:
@@ -79,11 +69,6 @@ class RepeatedMeasurement(rfm.RegressionTestPlugin):
     #: :type: ``float``
     #: :default: ``60.0``
     confirm_span = variable(float, value=60.0, loggable=False)
-    #: Measure repeatedly (False: one run, judged as it is).
-    #:
-    #: :type: ``bool``
-    #: :default: ``True``
-    measure_repeatedly = variable(typ.Bool, value=True, loggable=False)
     #: Perf variable -> relative distance of its worst measurement from its best (perflog).
     #:
     #: :type: ``dict``
@@ -105,6 +90,80 @@ class RepeatedMeasurement(rfm.RegressionTestPlugin):
     #: :type: ``dict``
     #: :default: ``{}``
     confirmation = variable(dict, value={}, loggable=True)
+
+    def measured(self) -> dict[str, Any] | None:
+        """What the driver's JSON says, or None (no driver ran: one plain run, a dry run)."""
+        raise NotImplementedError
+
+    def variables_of(self, key: str) -> list[str]:
+        """The perf variables a key of the driver's JSON stands for (itself by default)."""
+        return [key]
+
+    @run_before("performance")
+    def log_measurement(self) -> None:
+        result = self.measured()
+        if result is None:
+            return
+        self.interference = dict(result["interference"])
+        self.exclusive = str(result["exclusive"])
+        self.spread = {var: result["spread"][key] for key in result["spread"]
+                       for var in self.variables_of(key)}
+        self.confirmation = {var: first for key, first in result["confirmation"].items()
+                             for var in self.variables_of(key)}
+
+    def qualify(self, assessments: list[Assessment]) -> dict[str, tuple[str, str]]:
+        result = self.measured()
+        if result is None:
+            return {}
+        quiet = {var: int(n) for key, n in result.get("quiet_confirmations", {}).items()
+                 for var in self.variables_of(key)}
+        return confirmed_verdicts(assessments, result["interference"], bool(result["contended"]),
+                                  self.confirmation, quiet)
+
+
+def confirmed_verdicts(assessments: list[Assessment], interference: dict[str, Any],
+                       contended: bool, first: dict[str, float],
+                       quiet: dict[str, int]) -> dict[str, tuple[str, str]]:
+    """The band's verdicts qualified by how the values were measured (the module's table).
+
+    ``first``: perf variable -> its first best value, for the values measured again because
+    they failed; ``quiet``: perf variable -> confirmation runs that measured it on a quiet host.
+    """
+    out = {}
+    for a in assessments:
+        if a.verdict == "fail" and contended and quiet.get(a.name):
+            # Every measurement failed, among them confirmation runs on a quiet host:
+            # other work elsewhere in the job cannot have caused it.
+            out[a.name] = ("fail", f"confirmed by {quiet[a.name]} run(s) on a quiet host "
+                                   f"(other work took {interference['other_share']:.0%} of "
+                                   "the CPU over the job)")
+        elif a.verdict == "fail" and contended:
+            out[a.name] = ("inconclusive", contention_text(interference) + " while it measured")
+        elif a.verdict != "fail" and a.name in first:
+            out[a.name] = ("flaky", f"first measured {first[a.name]:g}, did not reproduce")
+    return out
+
+
+class RepeatedMeasurement(ConfirmedValues):
+    """Mixin: the job measures through ``fabreg.run.measure``; the check judges the best."""
+
+    #: Fraction of the time limit after which no more repeats start (a confirmation of a
+    #: failing value still runs).
+    #:
+    #: :type: ``float``
+    #: :default: ``0.5``
+    repeat_budget = variable(float, value=0.5, loggable=False)
+    #: Seconds a benchmark may go on after printing its complete results before it is
+    #: ended as hung (its values are kept).
+    #:
+    #: :type: ``float``
+    #: :default: ``20.0``
+    hang_grace = variable(float, value=20.0, loggable=False)
+    #: Measure repeatedly (False: one run, judged as it is).
+    #:
+    #: :type: ``bool``
+    #: :default: ``True``
+    measure_repeatedly = variable(typ.Bool, value=True, loggable=False)
 
     def measurement_plan(self, command: list[str]) -> measure.Plan:
         """What the job measures; ``command`` is the launcher and the benchmark binary."""
@@ -130,6 +189,9 @@ class RepeatedMeasurement(rfm.RegressionTestPlugin):
         self.executable_opts = ["-m", "fabreg.run.measure", measure.PLAN]
         self.keep_files = [*self.keep_files, measure.PLAN, measure.RESULT]
 
+    def variables_of(self, key: str) -> list[str]:
+        return self.variables_at(int(key))
+
     def measured(self) -> dict[str, Any] | None:
         """What ``measure.json`` says, or None (one plain run, or a dry run)."""
         path = Path(self.stagedir, measure.RESULT)
@@ -143,39 +205,9 @@ class RepeatedMeasurement(rfm.RegressionTestPlugin):
         return None if value is None else float(value)
 
     @run_before("performance")
-    def log_measurement(self) -> None:
+    def warn_of_a_hang(self) -> None:
         result = self.measured()
-        if result is None:
-            return
-        self.interference = dict(result["interference"])
-        self.exclusive = str(result["exclusive"])
-        self.spread = {var: result["spread"][size] for size in result["spread"]
-                       for var in self.variables_at(int(size))}
-        self.confirmation = {var: first for size, first in result["confirmation"].items()
-                             for var in self.variables_at(int(size))}
-        if result["hung_after_results"]:
+        if result is not None and result["hung_after_results"]:
             getlogger().warning(
                 f"{self.display_name}: the benchmark printed complete results and then hung; "
                 f"ended after {self.hang_grace:g} s, its values are judged")
-
-    def qualify(self, assessments: list[Assessment]) -> dict[str, tuple[str, str]]:
-        result = self.measured()
-        if result is None:
-            return {}
-        share = result["interference"]["other_share"]
-        quiet = {var: int(n) for size, n in result.get("quiet_confirmations", {}).items()
-                 for var in self.variables_at(int(size))}
-        out = {}
-        for a in assessments:
-            if a.verdict == "fail" and result["contended"] and quiet.get(a.name):
-                # Every measurement failed, among them confirmation runs on a quiet host:
-                # other work elsewhere in the job cannot have caused it.
-                out[a.name] = ("fail", f"confirmed by {quiet[a.name]} run(s) on a quiet host "
-                                       f"(other work took {share:.0%} of the CPU over the job)")
-            elif a.verdict == "fail" and result["contended"]:
-                out[a.name] = ("inconclusive", contention_text(result["interference"])
-                                               + " while it measured")
-            elif a.verdict != "fail" and a.name in self.confirmation:
-                out[a.name] = ("flaky", f"first measured {self.confirmation[a.name]:g}, "
-                                        f"did not reproduce")
-        return out

@@ -18,6 +18,7 @@ from reframe.core.builtins import run_after, run_before, sanity_function, variab
 from reframe.core.exceptions import SanityError
 
 from fabreg.metrics import perfvar_name
+from fabreg.run.client_server import Figure
 from fabreg.run.counters import SYSFS_INFINIBAND, rdma_devices
 from fabreg.run.parsers.perftest import (
     PerftestTable,
@@ -107,10 +108,8 @@ class PerftestCheck(ClientServerCheck):
 
     @run_before("run")
     def write_script(self) -> None:
-        def pair(port: str) -> tuple[list[str], list[str]]:
-            server = [self.benchmark, *self.options(), "-p", port]
-            return server, [*server, "{server_host}"]
-        self.run_client_and_server(pair)
+        server = [self.benchmark, *self.options(), "-p", "{port}"]
+        self.run_client_and_server(server, [*server, "{server_host}"])
         self.keep_files = [*self.keep_files, TABLE]
 
     def table(self) -> PerftestTable:
@@ -146,15 +145,13 @@ class PerftestCheck(ClientServerCheck):
             out[perfvar_name("latency_p99", 8)] = ("latency_p99", 8, "t_p99", "us")
         return out
 
+    def figures(self) -> dict[str, Figure]:
+        return {name: Figure("perftest", key, lower_is_better(metric), size)
+                for name, (metric, size, key, _) in self.wanted().items()}
+
     @run_before("performance")
     def set_perf_variables(self) -> None:
-        def best_of(name: str, metric: str, size: int, key: str) -> float:
-            # perftest's MB/sec is MiB/s: bandwidth is converted to decimal MB/s like OSU's.
-            runs = [t for t in self.repeated(parse_perftest) if size in t.rows]
-            values = [t.bandwidth_mbs(size, key) if metric == "bandwidth" else t.value(size, key)
-                      for t in runs]
-            return self.best_value(name, values, lower_is_better(metric))
         self.perf_variables = {
-            name: sn.make_performance_function(best_of, unit, name, metric, size, key)
-            for name, (metric, size, key, unit) in self.wanted().items()
+            name: sn.make_performance_function(self.best_of, unit, name)
+            for name, (_, _, _, unit) in self.wanted().items()
         }

@@ -22,6 +22,7 @@ from reframe.core.exceptions import SanityError
 from fabreg.metrics import perfvar_name
 from fabreg.run import gpu
 from fabreg.run import transport as tx
+from fabreg.run.client_server import Figure
 from fabreg.run.parsers.transport_log import ucx_lanes
 from fabreg.run.parsers.ucx_perftest import UcxPerftestError, UcxPerftestResult, parse_ucx_perftest
 from fabreg.testlib.base import reframe_errors
@@ -106,9 +107,8 @@ class UcxPerftestCheck(ClientServerCheck):
         if self.buffer != "host":
             client += ["-m", f"{self.buffer},{self.buffer}"]
         # The client reports its lanes at info level (the first run's is the job's stdout).
-        client = ["env", "UCX_LOG_LEVEL=info", *client]
-        self.run_client_and_server(lambda port: (
-            ["ucx_perftest", "-p", port], [port if a == "{port}" else a for a in client]))
+        self.run_client_and_server(["ucx_perftest", "-p", "{port}"],
+                                   ["env", "UCX_LOG_LEVEL=info", *client])
         self.env_vars["UCX_TLS"] = self.ucx_tls
 
     def result(self) -> UcxPerftestResult:
@@ -149,18 +149,15 @@ class UcxPerftestCheck(ClientServerCheck):
         return {name: ({**common, "metric": metric}, i == headline)
                 for i, (name, metric) in enumerate(zip(self.perf_names(), metrics))}
 
-    @run_before("performance")
-    def set_perf_variables(self) -> None:
+    def figures(self) -> dict[str, Figure]:
         # ucx_perftest prints MiB/s as "MB/s": logged in decimal MB/s, like OSU and perftest.
         fields = ("p50_usec", "average_usec", "bandwidth_average_decimal_mbs", "msgrate_average")
-        units = ("us", "us", "MB/s", "msg/s")
         lower = (True, True, False, False)
+        return {name: Figure("ucx_perftest", field, low)
+                for name, field, low in zip(self.perf_names(), fields, lower)}
 
-        def best_of(name: str, field: str, lower_is_better: bool) -> float:
-            runs = self.repeated(parse_ucx_perftest)
-            return self.best_value(name, [float(getattr(r, field)) for r in runs],
-                                   lower_is_better)
-        self.perf_variables = {
-            name: sn.make_performance_function(best_of, unit, name, field, low)
-            for name, field, unit, low in zip(self.perf_names(), fields, units, lower)
-        }
+    @run_before("performance")
+    def set_perf_variables(self) -> None:
+        units = ("us", "us", "MB/s", "msg/s")
+        self.perf_variables = {name: sn.make_performance_function(self.best_of, unit, name)
+                               for name, unit in zip(self.perf_names(), units)}

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 from fabreg.errors import FabregError
 
-_NUMBER = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
+# ``inf``: the Final row's average over the last report interval when no iteration completed
+# in it (seen with server and client squeezed onto one core); the other columns are valid.
+_NUMBER = r"(?:[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|inf|nan)"
 _FINAL = re.compile(r"^Final:\s+(?P<values>(?:" + _NUMBER + r"\s*){8})$")
 _UNLABELLED = re.compile(r"^(?P<values>(?:" + _NUMBER + r"\s*){8})$")
 _OLD_HEADER = re.compile(r"^\|\s*# iterations\s*\|")

@@ -1,0 +1,114 @@
+"""Confirmation: a value beyond its failure limit is measured again before it is reported.
+
+Interference only ever lowers bandwidth and raises latency, so a value is judged by the best
+of its measurements (:func:`best`), and one whose best still crosses its failure limit is
+measured again by the job itself: up to ``runs`` more measurements spread over ``span_s``
+seconds (first at once, last at the end of the span), stopping at the first one after
+which nothing fails any more. A virtual host has spells in which everything runs slow with
+no process to blame (on a 2-core VM: every launch of a healthy ``osu_bw`` 25-35 % slow for
+up to ~20 s, several times an hour); a spell ends within the span, a fault does not. Each
+confirmation run first waits (up to ``quiet_wait_s`` over all of them) for a second in
+which other work leaves the host alone, and is metered by itself: a failure confirmed by a
+run on a quiet host is a failure even if other work took the CPUs during the rest of the job.
+
+Shared by the in-job drivers: :mod:`fabreg.run.measure` (OSU, keyed by message size) and
+:mod:`fabreg.run.client_server` (perftest and ucx_perftest, keyed by perf variable).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Hashable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from fabreg.run.interference import CONTENDED_SHARE, InterferenceMeter, JobMeter
+
+Key = TypeVar("Key", bound=Hashable)
+
+
+def best(values: list[float], lower_is_better: bool) -> float:
+    """The value interference cannot fake: the lowest latency, the highest bandwidth."""
+    return min(values) if lower_is_better else max(values)
+
+
+def spread(values: list[float], lower_is_better: bool) -> float:
+    """How far the worst value lies from the best, relative to the best."""
+    top = best(values, lower_is_better)
+    worst = max(values) if lower_is_better else min(values)
+    return abs(worst - top) / top if top else 0.0
+
+
+def crosses(value: float, limit: float, lower_is_better: bool) -> bool:
+    return value > limit if lower_is_better else value < limit
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A value's failure limit and which way the value is better."""
+
+    value: float
+    lower_is_better: bool
+
+
+def beyond_limit(values: dict[Key, list[float]], limits: dict[Key, Limit],
+                 keys: Iterable[Key]) -> list[Key]:
+    """The ``keys`` whose best value so far crosses their failure limit."""
+    return [k for k in keys if k in limits and values.get(k) and crosses(
+        best(values[k], limits[k].lower_is_better), limits[k].value, limits[k].lower_is_better)]
+
+
+def wait_for_quiet(token: str, threshold: float, deadline: float) -> float:
+    """Wait, one-second windows at a time, until other work takes at most ``threshold`` of
+    this host's CPU or ``deadline`` (monotonic) passes; return the last window's share."""
+    while True:
+        meter = InterferenceMeter(token, interval=0.2).start()
+        time.sleep(1.0)
+        share = meter.stop().share
+        if share <= threshold or time.monotonic() >= deadline:
+            return share
+
+
+@dataclass
+class Confirmation:
+    """How a job confirms its failing values (see the module's docstring)."""
+
+    #: The job's own processes carry this token (``fabreg.run.interference``).
+    token: str
+    #: Where each confirmation run's own meter writes (``meter-confirmN/``).
+    workdir: Path
+    runs: int = 3
+    span_s: float = 60.0
+    quiet_wait_s: float = 30.0
+    contended_share: float = CONTENDED_SHARE
+
+    def confirm(self, failing: list[Key], measure_again: Callable[[list[Key]], Collection[Key]],
+                still_failing: Callable[[list[Key]], list[Key]]) -> dict[Key, int]:
+        """Measure ``failing`` again until none of them fails or the runs are spent.
+
+        ``measure_again(keys)`` runs the benchmark once more for ``keys`` and returns the
+        keys it measured (their values recorded where ``still_failing`` reads them);
+        ``still_failing(keys)`` says which of them still fail. Returns, per key, how many
+        confirmation runs measured it on a quiet host.
+        """
+        quiet: dict[Key, int] = {}
+        confirming = list(failing)
+        start, quiet_left = time.monotonic(), self.quiet_wait_s
+        for run in range(self.runs if confirming else 0):
+            slot = start + self.span_s * run / max(self.runs - 1, 1)
+            time.sleep(max(0.0, slot - time.monotonic()))
+            waited_from = time.monotonic()
+            wait_for_quiet(self.token, self.contended_share, waited_from + quiet_left)
+            quiet_left = max(0.0, quiet_left - (time.monotonic() - waited_from))
+            own = self.workdir / f"meter-confirm{run + 1}"
+            own.mkdir(exist_ok=True)
+            meter = JobMeter(self.token, own).start()
+            measured = measure_again(confirming)
+            if not meter.stop().contended(self.contended_share):
+                for key in measured:
+                    quiet[key] = quiet.get(key, 0) + 1
+            confirming = still_failing(confirming)
+            if not confirming:
+                break  # a run that no longer fails: the failure did not reproduce
+        return quiet
