@@ -108,6 +108,23 @@ def test_ucx_perftest_runs_tcp_and_posix_and_skips_the_rest(tmp_path):
         assert "no GPU: this host has no NVIDIA GPU" in out
 
 
+@pytest.mark.skipif(not have("ucx_perftest"), reason="ucx_perftest is not installed")
+def test_a_figure_that_measures_no_property_of_the_transport_is_logged_not_judged(tmp_path):
+    """ucp_put_bw over TCP: its p50 send overhead spans 0.04-142 us between healthy runs
+    (UNJUDGED); it is logged, while bandwidth, message rate and average overhead are judged."""
+    perflogs = tmp_path / "perflogs"
+    proc = run_reframe("-r", "-n", "UcxPerftestBandwidth%nodes=1%ucx_test=ucp_put_bw"
+                       "%transport=tcp%buffer=host", "-S", "iterations=500",
+                       perflog_dir=perflogs, cwd=tmp_path)
+    out = _out(proc)
+    assert proc.returncode == 0, out[-3000:]
+    (row,) = _rows(perflogs, "UcxPerftestBandwidth")
+    assert float(row["overhead_64KB_value"]) > 0
+    keys = json.loads(row["ref_keys"])
+    assert "overhead_64KB" not in keys and "overhead_64KB" not in json.loads(row["verdicts"])
+    assert {"overhead_avg_64KB", "bandwidth_64KB", "msgrate_64KB"} <= set(keys)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not have("ib_write_lat"), reason="perftest is not installed")
 @pytest.mark.skipif(Path("/sys/class/infiniband").is_dir(), reason="this host has RDMA devices")
