@@ -155,15 +155,11 @@ class Sweep(ProbeCheck):
         again = self.confirmation() if found else []
         if again is None:
             named, once = [], found
-            why = "flaky (no confirming sweep to name them again)"
+            why = isolation.NO_CONFIRMING_SWEEP
         else:
             named, once = sweep_suspects.confirmed(found, again)
-            why = "flaky (not named again by the confirming sweep)"
-        self.suspects_named = "; ".join(s.text() for s in named)
-        if once:
-            unconfirmed = "; ".join(s.text() for s in once)
-            self.suspects_named = (f"{self.suspects_named}; {why}: {unconfirmed}"
-                                   if named else f"{why}: {unconfirmed}")
+            why = isolation.NOT_NAMED_AGAIN
+        self.suspects_named = isolation.suspects_named(named, once, why)
         self.perf_variables = {
             "pair_bandwidth": sn.make_performance_function(
                 lambda: median(p.bandwidth_mbs for p in self.result().pairs), "MB/s"),
@@ -176,11 +172,11 @@ class Sweep(ProbeCheck):
     def name_the_suspects(self) -> None:
         """Fail naming the confirmed suspects; measured while other work took the CPUs: say
         so instead. Suspects only the first sweep named are logged as flaky and pass."""
-        if not self.suspects_named or self.suspects_named.startswith("flaky"):
+        if not isolation.read_suspects_named(self.suspects_named).fails():
             return
         if self.contended():
-            self.suspects_named = f"inconclusive ({self.contention_note()}): " \
-                                  f"{self.suspects_named}"
+            self.suspects_named = isolation.inconclusive_suspects_named(
+                self.suspects_named, self.contention_note())
             return
         raise PerformanceError(f"suspects: {self.suspects_named}")
 

@@ -11,7 +11,18 @@ import random
 
 import pytest
 
-from fabreg.isolation import PairValue, localise, localise_all, suspects_of
+from fabreg.isolation import (
+    NO_CONFIRMING_SWEEP,
+    NOT_NAMED_AGAIN,
+    PairValue,
+    Suspect,
+    inconclusive_suspects_named,
+    localise,
+    localise_all,
+    read_suspects_named,
+    suspects_named,
+    suspects_of,
+)
 
 
 def sweep(n: int, bad_node: str | None = None, bad_link: tuple[str, str] | None = None,
@@ -127,3 +138,33 @@ def test_a_round_trip_slow_one_way_only_is_not_a_link():
                                                    ("node1", "node2") else 1))
           for p in sweep(4, noise=0.02, round_dip=0)]
     assert named(bw) == [("link", ("node1", "node2"))]
+
+
+def _suspect(kind: str, *nodes: str) -> Suspect:
+    return Suspect(kind, nodes, "bandwidth", 50.0, (), 3)
+
+
+# confirmed, only first-sweep, why, contention note -> fails, untrusted prefix, flaky names
+NAMED = [
+    ([_suspect("node", "node3")], [], NOT_NAMED_AGAIN, "", True, "", ""),
+    ([_suspect("node", "node3")], [_suspect("link", "node1", "node2")], NOT_NAMED_AGAIN, "",
+     True, "", "link node1 <-> node2"),
+    ([], [_suspect("link", "node1", "node2")], NO_CONFIRMING_SWEEP, "", False,
+     NO_CONFIRMING_SWEEP, ""),
+    ([_suspect("node", "node3")], [], NOT_NAMED_AGAIN, "other work took 40% of the CPU", False,
+     "inconclusive (other work took 40% of the CPU)", ""),
+    ([], [], NOT_NAMED_AGAIN, "", False, "", ""),
+]
+
+
+@pytest.mark.parametrize("confirmed,once,why,note,fails,untrusted,flaky", NAMED)
+def test_the_suspects_named_column_reads_back_as_it_was_written(confirmed, once, why, note,
+                                                                 fails, untrusted, flaky):
+    text = suspects_named(confirmed, once, why)
+    if note:
+        text = inconclusive_suspects_named(text, note)
+    said = read_suspects_named(text)
+    assert said.fails() == fails and said.untrusted == untrusted, text
+    assert (flaky in said.flaky) if flaky else said.flaky == "", (text, said)
+    for suspect in confirmed:
+        assert suspect.ident() in text

@@ -269,3 +269,54 @@ def localise_all(table: dict[str, Iterable[PairValue]]) -> list[Localisation]:
 def suspects_of(localisations: Iterable[Localisation]) -> list[Suspect]:
     """Every suspect of every metric, a node or link named by several metrics once per metric."""
     return [s for loc in localisations for s in loc.suspects]
+
+
+# --- the sweep's verdict as one perflog column (``suspects_named``) ------------------------
+
+#: Why suspects the first sweep named are not confirmed.
+NO_CONFIRMING_SWEEP = "flaky (no confirming sweep to name them again)"
+NOT_NAMED_AGAIN = "flaky (not named again by the confirming sweep)"
+
+
+def suspects_named(confirmed: Sequence[Suspect], unconfirmed: Sequence[Suspect] = (),
+                   why: str = NOT_NAMED_AGAIN) -> str:
+    """The ``suspects_named`` column: the confirmed suspects, then ``; <why>: `` and those
+    only the first sweep named (``<why>: ...`` alone when none is confirmed)."""
+    text = "; ".join(s.text() for s in confirmed)
+    if unconfirmed:
+        flaky = f"{why}: " + "; ".join(s.text() for s in unconfirmed)
+        text = f"{text}; {flaky}" if text else flaky
+    return text
+
+
+def inconclusive_suspects_named(text: str, note: str) -> str:
+    """``suspects_named`` of a sweep measured while other work took the CPUs."""
+    return f"inconclusive ({note}): {text}"
+
+
+@dataclass(frozen=True)
+class NamedSuspects:
+    """What a ``suspects_named`` column says about trusting its suspects."""
+
+    #: Why none of them is trusted (``inconclusive (...)``, or ``flaky (...)`` when no suspect
+    #: was confirmed), '' when the confirmed ones are.
+    untrusted: str = ""
+    #: The part naming the suspects the confirming sweep did not name again, after confirmed
+    #: ones (``flaky (not named again ...): link node1 <-> node3: ...``), or ''.
+    flaky: str = ""
+    #: Does the column name confirmed suspects (trusted or not)?
+    confirmed: bool = False
+
+    def fails(self) -> bool:
+        """Does the column name confirmed, trusted suspects: the sweep's failure?"""
+        return self.confirmed and not self.untrusted
+
+
+def read_suspects_named(text: str) -> NamedSuspects:
+    """The reading of :func:`suspects_named` / :func:`inconclusive_suspects_named`."""
+    if text.startswith(("inconclusive", "flaky")):
+        return NamedSuspects(untrusted=text.split(":", 1)[0],
+                             confirmed=text.startswith("inconclusive"))
+    marker = "; flaky ("
+    return NamedSuspects(flaky=text[text.index(marker) + 2:] if marker in text else "",
+                         confirmed=bool(text))

@@ -107,11 +107,8 @@ def latest_sweeps(all_series: list[SeriesData], system: str | None = None,
         # which round measured each pair: pairs are judged against their round (isolation)
         attrs = attributes(sys_name, jobid, newest) if attributes else {}
         rounds = _rounds(attrs)
-        named = attrs.get("suspects_named", "")
-        if named.startswith(("inconclusive", "flaky")):
-            sweep.inconclusive = named.split(":", 1)[0]
-        elif "; flaky (" in named:
-            sweep.flaky = named[named.index("; flaky (") + 2:]
+        said = isolation.read_suspects_named(attrs.get("suspects_named", ""))
+        sweep.inconclusive, sweep.flaky = said.untrusted, said.flaky
         for s in members:
             if float(s.time[-1]) != newest:
                 continue  # this link was not measured by the newest run
