@@ -138,8 +138,17 @@ def _run(quiet: float, loaded: float) -> object:
 JUDGEMENTS = [
     ([(1.2, 3.1), (1.3, 2.9), (1.2, 3.0)], dict(within_target=True), "", "ok", ""),
     # A background that never raises the tail and cannot reach the target: broken.
-    ([(1.3, 1.2), (1.3, 1.3), (1.2, 1.2)], dict(within_target=False, strongest=True), "",
+    ([(1.3, 1.2), (1.3, 1.3), (1.2, 1.2)],
+     dict(within_target=False, strongest=True, calibration=[
+         {"step": 4, "ratio": 1.3}, {"step": 8, "ratio": 1.35}]), "",
      "broken", "does not reach the measured ranks"),
+    # Seen: the calibration's short runs reached 3.5 at the gentlest step (5.6 at step 4),
+    # the measured runs at that step stayed at the quiet tail: the background reaches.
+    ([(1.86, 1.71), (1.72, 1.56), (1.60, 1.66)],
+     dict(within_target=False, calibration=[
+         {"step": 4, "ratio": 5.63}, {"step": 1, "ratio": 4.07}, {"step": 0, "ratio": 3.48}]),
+     "", "inconclusive", "the background does reach the measured ranks (p99/p50 5.63 at "
+                         "calibration step 4"),
     # Seen on a quiet 2-core VM: the host's own tail at the 3x target, the target reached,
     # the background no higher in most runs: its share cannot be told, never a failure.
     ([(2.2, 2.5), (3.0, 2.9), (2.6, 2.6)], dict(within_target=True), "", "inconclusive",

@@ -299,6 +299,18 @@ def judge(result: dict[str, Any], runs: list[TailLatencyResult], contended: str 
                                              f"is reached (p99/p50 {reached:.2f}) but the "
                                              f"host's own tail (quiet p99/p50 {quiet:.2f}) is "
                                              "as high: the background's share cannot be told")
+        raised = [c for c in result.get("calibration", [])
+                  if float(c["ratio"]) > quiet * (1 + tolerance)]
+        if raised:
+            # The calibration saw the background raise the tail (seen: 3.5 at the gentlest
+            # step, 5.6 at a stronger one, quiet 1.7), so it reaches the measured ranks; the
+            # longer measured runs at the chosen step did not reproduce that tail.
+            top = max(raised, key=lambda c: float(c["ratio"]))
+            return Judgement("inconclusive", f"{problem}; the background does reach the "
+                                             f"measured ranks (p99/p50 {float(top['ratio']):.2f}"
+                                             f" at calibration step {top['step']}, quiet "
+                                             f"{quiet:.2f}), but the measured runs at the chosen "
+                                             "step did not reproduce that tail")
         return Judgement("broken", f"{problem}: the background does not reach the measured "
                                    "ranks")
     if not result["within_target"]:
