@@ -34,7 +34,7 @@ from reframe.core.builtins import parameter, run_after, run_before, sanity_funct
 from reframe.core.exceptions import SanityError
 from reframe.core.logging import getlogger
 
-from fabreg.run import collectives, tail_environment
+from fabreg.run import collectives, confirm, tail_environment
 from fabreg.run.parsers.probes import TailLatencyResult, parse_tail_latency
 from fabreg.run.references import Assessment
 from fabreg.testlib.measurement import confirmed_verdicts
@@ -82,6 +82,11 @@ class TailLatency(ProbeCheck):
     #: :type: ``float``
     #: :default: ``60.0``
     confirm_span = variable(float, value=60.0, loggable=False)
+    #: Confirmation runs of a failing quiet figure at most.
+    #:
+    #: :type: ``int``
+    #: :default: ``fabreg.run.confirm.CONFIRM_RUNS`` (10)
+    confirm_runs = variable(int, value=confirm.CONFIRM_RUNS, loggable=False)
     #: Perf variable -> its best first value, for quiet figures measured again because they
     #: failed.
     #:
@@ -184,7 +189,8 @@ class TailLatency(ProbeCheck):
             calibration_blocks=self.calibration_blocks, repeats=self.repeats,
             fail_limits={name: ref.failure_limit for name in tail_environment.QUIET_FIGURES
                          if (ref := refs.get(name))},
-            confirm_span_s=self.confirm_span, contended_share=self.contended_share,
+            confirm_span_s=self.confirm_span, confirm_runs=self.confirm_runs,
+            contended_share=self.contended_share,
         ).save(Path(self.stagedir, tail_environment.PLAN))
         self.job.launcher = getlauncher("local")()
         self.executable = sys.executable

@@ -69,7 +69,8 @@ def test_a_figure_that_keeps_failing_is_confirmed_by_runs_spread_over_the_span(t
     tls("tcp")
     # A limit no healthy run meets: every confirmation run fails too.
     result = client_server.run(plan("tag_lat", 8, 500, figures=P50, repeats=2,
-                                    fail_limits={"latency": 0.001}, confirm_span_s=4),
+                                    fail_limits={"latency": 0.001}, confirm_span_s=4,
+                                    confirm_runs=2),
                                tmp_path)
     runs = result["runs"]
     assert len(runs) == 4, runs  # 2 repeats, then 2 confirmation runs

@@ -42,7 +42,8 @@ def plan(command: list[str], **changes) -> measure.Plan:
     base = dict(command=command, full_options=["-m", "1:1024", "-i", "200", "-x", "20"],
                 full_sizes=[1 << k for k in range(11)],
                 repeat_options=["-m", "{low}:{high}", "-i", "200", "-x", "20"],
-                sizes=[8, 1024], lower_is_better=True, repeats=3, budget_s=120, grace_s=5)
+                sizes=[8, 1024], lower_is_better=True, repeats=3, budget_s=120, grace_s=5,
+                confirm_runs=3)
     base.update(changes)
     return measure.Plan(**base)
 

@@ -91,7 +91,8 @@ def test_a_failure_confirmed_on_a_quiet_host_fails_though_the_job_was_busy(tmp_p
     watcher.start()
     try:
         proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL,
-                           "-S", "confirm_span=0", checks=_checks(tmp_path),
+                           "-S", "confirm_span=0", "-S", "confirm_runs=3",
+                           checks=_checks(tmp_path),
                            perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
     finally:
         for hog in hogs:
@@ -110,7 +111,8 @@ def test_a_failure_confirmed_on_a_quiet_host_fails_though_the_job_was_busy(tmp_p
 def test_a_failure_that_reproduces_fails_with_both_measurements(tmp_path):
     # Contention is not judged here (share 1.0): the value is confirmed and fails.
     proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL,
-                       "-S", "contended_share=1.0", checks=_checks(tmp_path),
+                       "-S", "contended_share=1.0", "-S", "confirm_runs=3",
+                       checks=_checks(tmp_path),
                        perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-4000:]
@@ -197,6 +199,7 @@ def test_a_client_server_failure_is_confirmed_in_the_job_spread_in_time(tmp_path
     proc = run_reframe("-r", "-n", "UcxPerftestLatency%nodes=1%ucx_test=tag_lat%transport=tcp"
                        "%buffer=host",
                        "-S", "UcxPerftestLatency.iterations=2000", "-S", "confirm_span=4",
+                       "-S", "confirm_runs=3",
                        "-S", "contended_share=1.0", checks=checks,
                        perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
     out = proc.stdout + proc.stderr

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabreg.run.confirm import Confirmation, Limit, best, beyond_limit, spread
+from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Limit, best, beyond_limit, spread
 from fabreg.run.interference import CONTENDED_SHARE, TOKEN_VARIABLE, JobMeter, exclusive_allocation
 from fabreg.run.launch import JsonPlan, plan_argument
 from fabreg.run.parsers.perftest import parse_perftest
@@ -166,6 +166,8 @@ class Plan(JsonPlan):
     contended_share: float = CONTENDED_SHARE
     quiet_wait_s: float = 30.0
     confirm_span_s: float = 60.0
+    #: Confirmation runs of a failing value at most.
+    confirm_runs: int = CONFIRM_RUNS
     #: Seconds one run may take before it is ended.
     run_timeout_s: float = 300.0
 
@@ -228,7 +230,7 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
 
     first_batch = {n: best(v, plan.figures[n].lower_is_better) for n, v in values.items() if v}
     failing = still_failing(list(plan.figures)) if runs[0]["returncode"] == 0 else []
-    quiet = Confirmation(token, workdir, plan.repeats, plan.confirm_span_s, plan.quiet_wait_s,
+    quiet = Confirmation(token, workdir, plan.confirm_runs, plan.confirm_span_s, plan.quiet_wait_s,
                          plan.contended_share).confirm(failing, pair, still_failing)
     interference = meter.stop()
     result = {

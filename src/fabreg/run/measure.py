@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabreg.run.confirm import Confirmation, Limit, best, beyond_limit, spread
+from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Limit, best, beyond_limit, spread
 from fabreg.run.interference import (
     CONTENDED_SHARE,
     TOKEN_VARIABLE,
@@ -74,6 +74,8 @@ class Plan(JsonPlan):
     quiet_wait_s: float = 30.0
     #: Seconds over which the confirmation runs are spread (first at once, last at the end).
     confirm_span_s: float = 60.0
+    #: Confirmation runs of a failing value at most.
+    confirm_runs: int = CONFIRM_RUNS
 
     @classmethod
     def decoded(cls, data: dict[str, Any]) -> dict[str, Any]:
@@ -145,7 +147,7 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
 
     first_batch = {s: best(v, plan.lower_is_better) for s, v in values.items() if v}
     failing = still_failing(plan.sizes)
-    quiet = Confirmation(token, workdir, plan.repeats, plan.confirm_span_s, plan.quiet_wait_s,
+    quiet = Confirmation(token, workdir, plan.confirm_runs, plan.confirm_span_s, plan.quiet_wait_s,
                          plan.contended_share).confirm(failing, repeat, still_failing)
     interference = meter.stop()
     final = {s: best(v, plan.lower_is_better) for s, v in values.items() if v}

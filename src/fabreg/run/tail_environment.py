@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fabreg.errors import FabregError
-from fabreg.run.confirm import Confirmation, Limit, beyond_limit
+from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Limit, beyond_limit
 from fabreg.run.interference import CONTENDED_SHARE, TOKEN_VARIABLE
 from fabreg.run.launch import JsonPlan, Launch, plan_argument, run_once, summary
 from fabreg.run.parsers.probes import ProbeOutputError, TailLatencyResult, parse_tail_latency
@@ -126,6 +126,8 @@ class Plan(JsonPlan):
     #: limit; a figure whose best run crosses it is confirmed (fabreg.run.confirm).
     fail_limits: dict[str, float] = field(default_factory=dict)
     confirm_span_s: float = 60.0
+    #: Confirmation runs of a failing value at most.
+    confirm_runs: int = CONFIRM_RUNS
     quiet_wait_s: float = 30.0
     contended_share: float = CONTENDED_SHARE
 
@@ -192,7 +194,7 @@ def _confirm_quiet_figures(plan: Plan, workdir: Path, results: list[TailLatencyR
 
     failing = still_failing(list(limits))
     first = {n: min(values[n]) for n in failing}
-    quiet = Confirmation(env[TOKEN_VARIABLE], workdir, plan.repeats, plan.confirm_span_s,
+    quiet = Confirmation(env[TOKEN_VARIABLE], workdir, plan.confirm_runs, plan.confirm_span_s,
                          plan.quiet_wait_s, plan.contended_share).confirm(
         failing, again, still_failing)
     return first, quiet

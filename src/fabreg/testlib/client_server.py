@@ -62,14 +62,16 @@ class ClientServerCheck(ConfirmedValues, FabregCheck):
                          if (ref := refs.get(name))},
             repeats=self.repeats, contended_share=self.contended_share,
             quiet_wait_s=self.quiet_wait, confirm_span_s=self.confirm_span,
+            confirm_runs=self.confirm_runs,
         ).save(Path(self.stagedir, client_server.PLAN))
         self.env_vars[HARNESS_VARIABLE] = harness_identity()
         self.job.launcher = getlauncher("local")()
         self.executable = sys.executable
         self.executable_opts = ["-m", "fabreg.run.client_server", client_server.PLAN]
+        runs = self.repeats + self.confirm_runs
         self.keep_files = [*self.keep_files, client_server.PLAN, client_server.RESULT,
                            client_server.SERVER_OUT, *(client_server.repeat_output(i)
-                                                       for i in range(1, 2 * self.repeats + 1))]
+                                                       for i in range(1, runs + 1))]
 
     def measured(self) -> dict[str, Any] | None:
         path = Path(self.stagedir, client_server.RESULT)

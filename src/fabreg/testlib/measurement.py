@@ -35,6 +35,7 @@ from reframe.core.builtins import run_before, variable
 from reframe.core.logging import getlogger
 
 from fabreg.run import measure
+from fabreg.run.confirm import CONFIRM_RUNS
 from fabreg.run.interference import (
     CONTENDED_SHARE,
     HARNESS_VARIABLE,
@@ -69,6 +70,11 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
     #: :type: ``float``
     #: :default: ``60.0``
     confirm_span = variable(float, value=60.0, loggable=False)
+    #: Confirmation runs of a failing value at most (they stop at the first that passes).
+    #:
+    #: :type: ``int``
+    #: :default: ``fabreg.run.confirm.CONFIRM_RUNS`` (10)
+    confirm_runs = variable(int, value=CONFIRM_RUNS, loggable=False)
     #: Perf variable -> relative distance of its worst measurement from its best (perflog).
     #:
     #: :type: ``dict``

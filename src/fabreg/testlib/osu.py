@@ -379,7 +379,7 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
             lower_is_better=lower_is_better(metric, unit), fail_limits=limits,
             repeats=self.repeats, budget_s=self.budget_seconds(), grace_s=self.hang_grace,
             contended_share=self.contended_share, quiet_wait_s=self.quiet_wait,
-            confirm_span_s=self.confirm_span)
+            confirm_span_s=self.confirm_span, confirm_runs=self.confirm_runs)
 
     def variables_at(self, size: int) -> list[str]:
         return [perfvar_name(BENCHMARKS[self.benchmark][0], size)]

@@ -1,0 +1,63 @@
+"""The confirmation loop (fabreg.run.confirm): how many runs, when, and when it stops.
+
+The runs themselves are real benchmarks in test_measure.py, test_client_server.py and
+test_verdicts_reframe.py; here the loop's schedule is checked with a measurement that
+returns a scripted series of values, and the quiet-host wait is left out."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from fabreg.run import confirm
+from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Limit, beyond_limit
+
+
+@pytest.fixture(autouse=True)
+def no_quiet_wait(monkeypatch):
+    monkeypatch.setattr(confirm, "wait_for_quiet", lambda *args: 0.0)
+
+
+def scripted(series: list[float]):
+    """A latency measured again: the next value of ``series`` each run, with its time."""
+    values = {"lat": [50.0, 51.0, 52.0]}  # the first batch: all beyond the limit of 40
+    times: list[float] = []
+
+    def again(keys: list[str]) -> list[str]:
+        times.append(time.monotonic())
+        values["lat"].append(series[len(times) - 1])
+        return keys
+    return values, times, again
+
+
+# values of the confirmation runs -> runs made
+SCHEDULES = [
+    ([45.0] * CONFIRM_RUNS, CONFIRM_RUNS),  # a fault: every run fails, all runs are made
+    ([45.0] * 6 + [30.0] + [45.0] * 3, 7),  # the fast mode in the 7th run: stop there
+    ([30.0] + [45.0] * 9, 1),                # a spell over at once
+]
+
+
+@pytest.mark.parametrize("series,runs", SCHEDULES)
+def test_confirmation_stops_at_the_first_passing_run_and_spreads_the_rest(series, runs,
+                                                                          tmp_path):
+    values, times, again = scripted(series)
+    limits = {"lat": Limit(40.0, lower_is_better=True)}
+
+    def still_failing(keys: list[str]) -> list[str]:
+        return beyond_limit(values, limits, keys)
+
+    quiet = Confirmation("token", tmp_path, span_s=0.9).confirm(["lat"], again, still_failing)
+    assert len(times) == runs
+    # (each run's own meter sees this test's process as other work: its count is not tested
+    # here, but in test_verdicts_reframe.py with real runs)
+    assert set(quiet) <= {"lat"} and quiet.get("lat", 0) <= runs
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert all(g >= 0.09 for g in gaps), gaps  # span / (runs - 1) apart
+
+
+def test_nothing_failing_is_not_measured_again(tmp_path):
+    values, times, again = scripted([])
+    assert Confirmation("token", tmp_path).confirm([], again, lambda keys: keys) == {}
+    assert times == []
