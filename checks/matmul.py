@@ -12,15 +12,17 @@ import reframe.utility.typecheck as typ
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
 
+from fabreg import schema
 from fabreg.run.parsers.probes import MatmulResult, parse_matmul
-from fabreg.testlib.workloads import ProbeCheck
+from fabreg.testlib.workloads import ProbeCheck, RepeatedProbe
 
-#: Phases whose time counts as distributing the inputs, per mode.
-DISTRIBUTE = ("bcast", "scatter", "distribute")
+#: The judged figures -> their unit.
+UNITS = {"total": "s", "distribute": "s", "compute": "s", "gather": "s",
+         "comm_fraction": "fraction", "gflops": "GFLOP/s"}
 
 
 @rfm.simple_test
-class Matmul(ProbeCheck):
+class Matmul(RepeatedProbe, ProbeCheck):
     """fabreg_matmul: phase times, communication fraction, GFLOP/s; C must be right."""
 
     mode = parameter(["blocking", "nonblocking"])
@@ -49,8 +51,10 @@ class Matmul(ProbeCheck):
             self.executable_opts.append("--corrupt")
 
     def references_wanted(self) -> dict[str, tuple[str, int | None, bool]]:
-        return {name: (name, self.matrix_size, name == "gflops") for name in (
-            "total", "distribute", "compute", "gather", "comm_fraction", "gflops")}
+        return {name: (name, self.matrix_size, name == "gflops") for name in UNITS}
+
+    def figures(self) -> dict[str, bool]:
+        return {name: schema.lower_is_better(name) for name in UNITS}
 
     def result(self) -> MatmulResult:
         return parse_matmul(self.output_text())
@@ -68,19 +72,7 @@ class Matmul(ProbeCheck):
 
     @run_before("performance")
     def set_perf_variables(self) -> None:
-        def figure(name: str) -> float:
-            result = self.result()
-            if name == "distribute":
-                return sum(t for p, t in result.phases.items() if p in DISTRIBUTE)
-            if name in ("compute", "gather"):
-                return result.phases.get(name, 0.0)
-            return float(getattr(result, name))
-
         self.perf_variables = {
-            "total": sn.make_performance_function(figure, "s", "total_s"),
-            "distribute": sn.make_performance_function(figure, "s", "distribute"),
-            "compute": sn.make_performance_function(figure, "s", "compute"),
-            "gather": sn.make_performance_function(figure, "s", "gather"),
-            "comm_fraction": sn.make_performance_function(figure, "fraction", "comm_fraction"),
-            "gflops": sn.make_performance_function(figure, "GFLOP/s", "gflops"),
+            name: sn.make_performance_function(self.best_of, unit, name)
+            for name, unit in UNITS.items()
         }

@@ -12,6 +12,7 @@ from reframe.core.builtins import parameter, run_after, run_before, sanity_funct
 from reframe.core.exceptions import SanityError
 
 from fabreg.run.parsers.probes import StreamsResult, parse_streams
+from fabreg.testlib.metering import MeteredJob
 from fabreg.testlib.workloads import ProbeCheck, launcher_argv
 
 KB = 1 << 10
@@ -25,7 +26,7 @@ LAYOUTS = {
 }
 
 
-class StreamsBase(ProbeCheck):
+class StreamsBase(MeteredJob, ProbeCheck):
     """fabreg_streams: per-stream Gbit/s, received, missed, corrupted, loss rate."""
 
     #: Message size, blocks in flight per stream, messages per stream.

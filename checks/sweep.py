@@ -29,6 +29,7 @@ from fabreg.run import sweep_suspects
 from fabreg.run.parsers.probes import ProbeOutputError, SweepResult, parse_sweep
 from fabreg.run.siteconfig import pinned_node_count
 from fabreg.testlib.base import max_nodes, partitions, reframe_errors
+from fabreg.testlib.metering import MeteredJob
 from fabreg.testlib.workloads import ProbeCheck
 
 MB = 1 << 20
@@ -39,7 +40,7 @@ ALL_PAIRS_UP_TO = 32
 
 
 @rfm.simple_test
-class Sweep(ProbeCheck):
+class Sweep(MeteredJob, ProbeCheck):
     """fabreg_sweep over all nodes: per-pair bandwidth and latency, suspects named."""
 
     benchmark = "fabreg_sweep"

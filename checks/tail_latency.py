@@ -38,6 +38,7 @@ from fabreg.run import collectives, confirm, tail_environment
 from fabreg.run.parsers.probes import TailLatencyResult, parse_tail_latency
 from fabreg.run.references import Assessment
 from fabreg.testlib.measurement import confirmed_verdicts
+from fabreg.testlib.metering import MeteredJob
 from fabreg.testlib.workloads import ProbeCheck
 
 #: (collective, algorithm) pairs compared; "default" is the MPI's own choice.
@@ -52,7 +53,7 @@ CASES = [
 
 
 @rfm.simple_test
-class TailLatency(ProbeCheck):
+class TailLatency(MeteredJob, ProbeCheck):
     """p50 / p99 / max per-iteration latency and p99/p50 under one tail environment."""
 
     #: (collective, algorithm) compared.

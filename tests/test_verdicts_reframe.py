@@ -214,3 +214,39 @@ def test_a_client_server_failure_is_confirmed_in_the_job_spread_in_time(tmp_path
     assert len(started) == 6, measured["runs"]  # 3 runs, then 3 confirmation runs
     assert started[5] - started[3] >= 3.5  # spread over the span
     assert float(row["latency_8B_value"]) == min(measured["values"]["latency_8B"])
+
+
+@pytest.mark.skipif(not shutil.which("mpicc.openmpi"), reason="OpenMPI is not installed")
+def test_a_matmul_failure_is_the_best_of_its_repeats_confirmed_in_the_job(tmp_path):
+    """The matrix multiply through ReFrame against a GFLOP/s no host reaches: every figure is
+    the best of the job's repeated runs, and the failing one is measured again, spread in
+    time, before the test fails; the figures within their references are not."""
+    checks = tmp_path / "checks"
+    (checks / "references").mkdir(parents=True)
+    shutil.copy(REPO / "checks" / "matmul.py", checks)
+    (checks / "references" / "local.yaml").write_text(
+        "system: local\nreferences:\n"
+        "  - {benchmark: fabreg_matmul, metric: gflops, size: 512, transport: shm, nodes: 1, "
+        "value: 1000000, unit: GFLOP/s, fail: 0.5}\n"
+        "  - {benchmark: fabreg_matmul, metric: total, size: 512, transport: shm, nodes: 1, "
+        "value: 1000, unit: s, fail: 0.5}\n")
+    proc = run_reframe("-r", "-p", "openmpi", "-n",
+                       "Matmul%transport=shm%nodes=1%mode=blocking%matrix_size=512%ranks=2",
+                       "-S", "confirm_span=4", "-S", "confirm_runs=3",
+                       "-S", "contended_share=1.0", checks=checks,
+                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Failing phase: performance" in out, out[-4000:]
+    assert "gflops=" in out and "total=" not in out.split("Failing phase: performance")[1]
+    lines = (tmp_path / "perflogs" / "local" / "default" / "Matmul.log").read_text().splitlines()
+    row = dict(zip(lines[0].split("|"), lines[-1].split("|")))
+    verdicts = json.loads(row["verdicts"])
+    assert verdicts["gflops"] == "fail" and verdicts["total"] == "ok", verdicts
+    assert set(json.loads(row["confirmation"])) == {"gflops"}
+    measured = json.loads(next((tmp_path / "stage").rglob("repeat-probe.json")).read_text())
+    started = [run["started"] for run in measured["launches"]]
+    assert len(started) == 6, measured["launches"]  # 3 runs, then 3 confirmation runs
+    assert started[5] - started[3] >= 3.5  # spread over the span
+    assert float(row["gflops_value"]) == max(measured["values"]["gflops"])
+    assert float(row["total_value"]) == min(measured["values"]["total"])
+    assert set(json.loads(row["spread"])) == set(measured["values"])

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Limit, best, beyond_limit, spread
+from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Measurements
 from fabreg.run.interference import CONTENDED_SHARE, TOKEN_VARIABLE, JobMeter, exclusive_allocation
 from fabreg.run.launch import JsonPlan, plan_argument
 from fabreg.run.parsers.perftest import parse_perftest
@@ -195,10 +195,10 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     env = dict(os.environ, **{TOKEN_VARIABLE: token})
     (workdir / SCRIPT).write_text(script(plan.server, plan.client, nodes=plan.nodes))
     meter = JobMeter(token, workdir).start()
-    values: dict[str, list[float]] = {name: [] for name in plan.figures}
+    measurements = Measurements({n: f.lower_is_better for n, f in plan.figures.items()})
     runs: list[dict[str, Any]] = []
 
-    def pair(names: Sequence[str] = ()) -> list[str]:
+    def pair() -> dict[str, float]:
         out = repeat_output(len(runs) + 1)
         started, begin = time.time(), time.monotonic()
         try:
@@ -208,38 +208,22 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
             rc = 124
         runs.append({"output": out, "returncode": rc, "started": round(started, 3),
                      "seconds": round(time.monotonic() - begin, 3)})
-        got = _figures(workdir / out, plan.figures)
-        for name, value in got.items():
-            if not names or name in names:
-                values[name].append(value)
-        return [n for n in got if not names or n in names]
+        return _figures(workdir / out, plan.figures)
 
-    pair()
+    measurements.record(pair())
     first = workdir / CLIENT_OUT
     if first.is_file():
         sys.stdout.write(first.read_text(errors="replace"))
         sys.stdout.flush()
     if runs[0]["returncode"] == 0:
         while len(runs) < plan.repeats:
-            pair()
-    limits = {name: Limit(limit, plan.figures[name].lower_is_better)
-              for name, limit in plan.fail_limits.items() if name in plan.figures}
-
-    def still_failing(names: list[str]) -> list[str]:
-        return beyond_limit(values, limits, names)
-
-    first_batch = {n: best(v, plan.figures[n].lower_is_better) for n, v in values.items() if v}
-    failing = still_failing(list(plan.figures)) if runs[0]["returncode"] == 0 else []
-    quiet = Confirmation(token, workdir, plan.confirm_runs, plan.confirm_span_s, plan.quiet_wait_s,
-                         plan.contended_share).confirm(failing, pair, still_failing)
+            measurements.record(pair())
+        measurements.confirm(plan.fail_limits, Confirmation(
+            token, workdir, plan.confirm_runs, plan.confirm_span_s, plan.quiet_wait_s,
+            plan.contended_share), pair)
     interference = meter.stop()
     result = {
-        "values": values,
-        "best": {n: best(v, plan.figures[n].lower_is_better) for n, v in values.items() if v},
-        "spread": {n: round(spread(v, plan.figures[n].lower_is_better), 4)
-                   for n, v in values.items() if v},
-        "confirmation": {n: first_batch[n] for n in failing},
-        "quiet_confirmations": quiet,
+        **measurements.as_dict(),
         "interference": interference.as_dict(),
         "contended": interference.contended(plan.contended_share),
         "exclusive": exclusive_allocation(),

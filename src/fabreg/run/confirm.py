@@ -12,17 +12,19 @@ confirmation run first waits (up to ``quiet_wait_s`` over all of them) for a sec
 which other work leaves the host alone, and is metered by itself: a failure confirmed by a
 run on a quiet host is a failure even if other work took the CPUs during the rest of the job.
 
-Shared by the in-job drivers: :mod:`fabreg.run.measure` (OSU, keyed by message size) and
-:mod:`fabreg.run.client_server` (perftest and ucx_perftest, keyed by perf variable).
+Shared by the in-job drivers: :mod:`fabreg.run.measure` (OSU, keyed by message size),
+:mod:`fabreg.run.tail_environment` (the quiet tail figures) and, through
+:class:`Measurements`, :mod:`fabreg.run.client_server` (perftest and ucx_perftest) and
+:mod:`fabreg.run.repeat_probe` (the matrix multiply), keyed by perf variable.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Hashable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fabreg.run.interference import CONTENDED_SHARE, InterferenceMeter, JobMeter
 
@@ -119,3 +121,54 @@ class Confirmation:
             if not confirming:
                 break  # a run that no longer fails: the failure did not reproduce
         return quiet
+
+
+@dataclass
+class Measurements:
+    """Every measurement of each figure of a job (perf variable -> values), and what the
+    confirmation of the failing ones found: the drivers' common bookkeeping."""
+
+    #: Perf variable -> whether lower is better.
+    lower_is_better: dict[str, bool]
+    values: dict[str, list[float]] = field(default_factory=dict)
+    #: Perf variable -> its best value before confirmation, for the figures confirmed.
+    first: dict[str, float] = field(default_factory=dict)
+    #: Perf variable -> confirmation runs that measured it on a quiet host.
+    quiet: dict[str, int] = field(default_factory=dict)
+
+    def record(self, figures: Mapping[str, float], names: Collection[str] = ()) -> list[str]:
+        """Keep one run's ``figures`` (only ``names``, when given); return the names kept."""
+        kept = [n for n in figures if n in self.lower_is_better and (not names or n in names)]
+        for name in kept:
+            self.values.setdefault(name, []).append(figures[name])
+        return kept
+
+    def best(self) -> dict[str, float]:
+        return {n: best(v, self.lower_is_better[n]) for n, v in self.values.items() if v}
+
+    def failing(self, limits: Mapping[str, float], names: Iterable[str] | None = None) -> list[str]:
+        """The figures (of ``names``, default all) whose best value crosses its limit."""
+        bounds = {n: Limit(v, self.lower_is_better[n]) for n, v in limits.items()
+                  if n in self.lower_is_better}
+        return beyond_limit(self.values, bounds, self.lower_is_better if names is None else names)
+
+    def confirm(self, limits: Mapping[str, float], confirmation: Confirmation,
+                measure_once: Callable[[], Mapping[str, float]]) -> None:
+        """Measure the failing figures again (``measure_once`` runs the benchmark once more and
+        returns its figures) until none fails or ``confirmation``'s runs are spent."""
+        failing = self.failing(limits)
+        self.first = {n: best(self.values[n], self.lower_is_better[n]) for n in failing}
+        self.quiet = confirmation.confirm(
+            failing, lambda names: self.record(measure_once(), names),
+            lambda names: self.failing(limits, names))
+
+    def as_dict(self) -> dict[str, Any]:
+        """What a driver's result file says of its figures (read by ``ConfirmedValues``)."""
+        return {
+            "values": self.values,
+            "best": self.best(),
+            "spread": {n: round(spread(v, self.lower_is_better[n]), 4)
+                       for n, v in self.values.items() if v},
+            "confirmation": self.first,
+            "quiet_confirmations": self.quiet,
+        }

@@ -3,23 +3,29 @@
 - ``WorkloadProbes``: fixture that builds fabreg's workload probes (src/probes/fabreg_*.c)
   once per environment, with the environment's MPI compiler wrapper;
 - ``ProbeCheck``: an MPI check (transport x nodes matrix) that runs one of those probes,
-  with fabric counters and references (from ``FabregCheck``);
+  with fabric counters and references (from ``FabregCheck``); the checks add how they
+  measure: ``MeteredJob`` (one run, other work's CPU time metered over the job) or
+  ``RepeatedProbe`` (repeated runs judged by their best, a failure confirmed);
 - ``launcher_argv``: the launcher command for an extra launch inside the same job.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import reframe as rfm
+from reframe.core.backends import getlauncher
 from reframe.core.builtins import fixture, run_after, run_before, sanity_function, variable
-from reframe.core.exceptions import ReframeError
+from reframe.core.exceptions import ReframeError, SanityError
 
-from fabreg.run import providers
+from fabreg.run import providers, repeat_probe
+from fabreg.run.interference import HARNESS_VARIABLE, harness_identity
 from fabreg.testlib.base import reframe_errors
-from fabreg.testlib.metering import MeteredJob
+from fabreg.testlib.measurement import ConfirmedValues
 from fabreg.testlib.mpi import MpiCheck, unavailable_reason
 from fabreg.testlib.references import ReferenceKeys
 
@@ -71,7 +77,7 @@ def launcher_argv(check: Any, num_tasks: int) -> list[str]:
                        "give the environment a 'launcher' in its extras")
 
 
-class ProbeCheck(MeteredJob, MpiCheck):
+class ProbeCheck(MpiCheck):
     """An MPI check that runs one of fabreg's workload probes.
 
     Subclasses give ``placement()`` (nodes, ranks per node) for each ``nodes``
@@ -125,3 +131,48 @@ class ProbeCheck(MeteredJob, MpiCheck):
     @run_before("run")
     def use_probe(self) -> None:
         self.executable = self.probe_path()
+
+
+class RepeatedProbe(ConfirmedValues):
+    """Mixin for a ``ProbeCheck``: the job runs the probe through ``fabreg.run.repeat_probe``
+    (``repeats`` runs, each figure judged by its best, a failing one confirmed); the first
+    run's output is the job's stdout, for sanity."""
+
+    def figures(self) -> dict[str, bool]:
+        """Perf variable -> whether lower is better: the figures the driver judges."""
+        raise NotImplementedError
+
+    @run_before("run", always_last=True)
+    def run_through_repeat_driver(self) -> None:
+        refs = self.references()
+        figures = self.figures()
+        repeat_probe.Plan(
+            command=[*self.launcher_argv(), self.probe_path()],
+            options=list(self.executable_opts), probe=self.benchmark, figures=figures,
+            fail_limits={name: ref.failure_limit for name in figures
+                         if (ref := refs.get(name))},
+            repeats=self.repeats, contended_share=self.contended_share,
+            quiet_wait_s=self.quiet_wait, confirm_span_s=self.confirm_span,
+            confirm_runs=self.confirm_runs,
+        ).save(Path(self.stagedir, repeat_probe.PLAN))
+        self.env_vars[HARNESS_VARIABLE] = harness_identity()
+        self.job.launcher = getlauncher("local")()
+        self.executable = sys.executable
+        self.executable_opts = ["-m", "fabreg.run.repeat_probe", repeat_probe.PLAN]
+        self.keep_files = [*self.keep_files, repeat_probe.PLAN, repeat_probe.RESULT,
+                           "probe-run*.out"]
+
+    def measured(self) -> dict[str, Any] | None:
+        path = Path(self.stagedir, repeat_probe.RESULT)
+        try:
+            return dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            return None
+
+    def best_of(self, name: str) -> float:
+        """The best of the job's runs for figure ``name``."""
+        result = self.measured()
+        if not result or name not in result["best"]:
+            raise SanityError(f"no run of {self.benchmark} gave {name} "
+                              f"(see {repeat_probe.RESULT} and probe-run*.out)")
+        return float(result["best"][name])

@@ -224,6 +224,9 @@ def parse_tail_latency(text: str) -> TailLatencyResult:
 
 # --- matmul ------------------------------------------------------------------------
 
+#: Phases whose time counts as distributing the inputs (blocking: bcast + scatter).
+MATMUL_DISTRIBUTE = ("bcast", "scatter", "distribute")
+
 @dataclass(frozen=True)
 class MatmulResult:
     """Phase breakdown of one distributed C = A*B, times in seconds."""
@@ -242,6 +245,17 @@ class MatmulResult:
     @property
     def phase_sum_s(self) -> float:
         return sum(self.phases.values())
+
+    def figures(self) -> dict[str, float]:
+        """The judged figures: phase times (s), communication fraction, GFLOP/s."""
+        return {
+            "total": self.total_s,
+            "distribute": sum(t for p, t in self.phases.items() if p in MATMUL_DISTRIBUTE),
+            "compute": self.phases.get("compute", 0.0),
+            "gather": self.phases.get("gather", 0.0),
+            "comm_fraction": self.comm_fraction,
+            "gflops": self.gflops,
+        }
 
 
 def parse_matmul(text: str) -> MatmulResult:

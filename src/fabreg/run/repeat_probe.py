@@ -1,0 +1,134 @@
+"""A workload probe measured repeatedly in the job: ``python -m fabreg.run.repeat_probe PLAN``.
+
+A single run of a probe is a one-shot value: on a healthy 2-core VM the distribution phase
+of a 512x512 matrix multiply took 9 ms in most runs and 35 ms in one. The job runs this
+driver instead of the probe: it launches the probe ``repeats`` times (each launch through
+:mod:`fabreg.run.launch`, so one that hangs after its complete block is ended with its
+results kept), prints the first run's output on stdout (sanity reads it), judges each figure
+by its best run (interference only makes a time longer, a rate lower) and has a figure whose
+best still crosses its failure limit measured again, spread in time and on a quiet host
+(:mod:`fabreg.run.confirm`). Everything it learnt goes to ``repeat-probe.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fabreg.errors import FabregError
+from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Measurements
+from fabreg.run.interference import (
+    CONTENDED_SHARE,
+    TOKEN_VARIABLE,
+    JobMeter,
+    exclusive_allocation,
+)
+from fabreg.run.launch import JsonPlan, Launch, plan_argument, run_once, summary
+from fabreg.run.parsers.probes import parse_matmul
+
+PLAN = "repeat-probe-plan.json"
+RESULT = "repeat-probe.json"
+
+#: How each probe's output gives its figures (perf variable -> value).
+READERS: dict[str, Callable[[str], dict[str, float]]] = {
+    "fabreg_matmul": lambda text: parse_matmul(text).figures(),
+}
+
+
+def run_output(run: int) -> str:
+    """The output file of run ``run`` (1-based)."""
+    return f"probe-run{run}.out"
+
+
+@dataclass
+class Plan(JsonPlan):
+    """What the job runs; written by the check, read by the driver in the job."""
+
+    #: The launcher and the probe, e.g. ``["mpirun", "-np", "4", ".../fabreg_matmul"]``.
+    command: list[str]
+    options: list[str]
+    #: The probe (a key of :data:`READERS`).
+    probe: str
+    #: Perf variable -> whether lower is better (the figures judged).
+    figures: dict[str, bool] = field(default_factory=dict)
+    #: Perf variable -> its failure limit, where a reference exists.
+    fail_limits: dict[str, float] = field(default_factory=dict)
+    repeats: int = 3
+    #: Seconds a probe may go on after printing its complete block before it is ended.
+    grace_s: float = 20.0
+    contended_share: float = CONTENDED_SHARE
+    quiet_wait_s: float = 30.0
+    confirm_span_s: float = 60.0
+    #: Confirmation runs of a failing value at most.
+    confirm_runs: int = CONFIRM_RUNS
+
+
+def _complete(probe: str) -> Callable[[bytes], bool]:
+    end = f"# end {probe}".encode()
+    return lambda line: line.startswith(end)
+
+
+def run(plan: Plan, workdir: Path) -> dict[str, Any]:
+    """Run the plan in ``workdir``; return (and write) what ``repeat-probe.json`` holds."""
+    if plan.probe not in READERS:
+        raise FabregError(f"no figures known for probe {plan.probe!r} "
+                          f"(one of: {', '.join(READERS)})")
+    token = uuid.uuid4().hex
+    env = dict(os.environ, **{TOKEN_VARIABLE: token})
+    meter = JobMeter(token, workdir).start()
+    measurements = Measurements(dict(plan.figures))
+    launches: list[Launch] = []
+
+    def once() -> dict[str, float]:
+        out = workdir / run_output(len(launches) + 1)
+        launches.append(run_once(plan.command, plan.options, out, _complete(plan.probe),
+                                 plan.grace_s, env, echo=not launches))
+        try:
+            return READERS[plan.probe](out.read_text(errors="replace"))
+        except FabregError:
+            return {}  # a run without a complete block adds nothing
+
+    measurements.record(once())
+    if launches[0].returncode == 0 or launches[0].hung_after_results:
+        while len(launches) < plan.repeats:
+            measurements.record(once())
+        measurements.confirm(plan.fail_limits, Confirmation(
+            token, workdir, plan.confirm_runs, plan.confirm_span_s, plan.quiet_wait_s,
+            plan.contended_share), once)
+    interference = meter.stop()
+    first = launches[0]
+    result = {
+        **measurements.as_dict(),
+        **summary(launches),
+        "interference": interference.as_dict(),
+        "contended": interference.contended(plan.contended_share),
+        "exclusive": exclusive_allocation(),
+        "returncode": 0 if first.hung_after_results else first.returncode,
+    }
+    (workdir / RESULT).write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    path = plan_argument("fabreg.run.repeat_probe", argv)
+    if path is None:
+        return 2
+    try:
+        result = run(Plan.load(path), path.parent)
+    except FabregError as err:
+        print(f"fabreg: {err}", file=sys.stderr)
+        return 1
+    if result["hung_after_results"]:
+        print("fabreg: a probe run printed its complete results and then did not exit; "
+              "ended it, results kept", file=sys.stderr)
+    return int(result["returncode"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
