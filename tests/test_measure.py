@@ -95,7 +95,11 @@ def test_the_confirmation_stops_at_the_first_run_that_no_longer_fails(osu_latenc
         pytest.skip("needs two cores")
     healthy = tmp_path / "healthy"
     healthy.mkdir()
-    limit = max(measure.measure(plan(osu_latency, sizes=[8]), healthy)["values"]["8"]) * 1.5
+    # The limit lies between the two states: squeezed onto one core, 8 B takes ~4000 us;
+    # unsqueezed well under 1 us, but the VM's own modes move it by up to ~2x from one
+    # minute to the next (CI saw 0.24 us, then 0.38-0.53 us), so 1.5x the healthy runs is
+    # no boundary between the states. The first batch must still cross it (asserted below).
+    limit = max(measure.measure(plan(osu_latency, sizes=[8]), healthy)["values"]["8"]) * 20
     unbound = ["--bind-to", "none"] if "openmpi" in osu_latency[0] else []
     command = ["taskset", "-c", str(cores[0]), osu_latency[0], *unbound, *osu_latency[1:]]
     quiet = confirm.wait_for_quiet

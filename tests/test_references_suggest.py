@@ -32,9 +32,10 @@ BW1M = {"benchmark": "osu_bw", "metric": "bandwidth", "size": 1048576, "mpi": "o
 
 def add_run(store: Store, t: float, values: dict[str, tuple[float, str]],
             keys: dict[str, dict] | None, test: str = "OsuLatency", system: str = "local",
-            environ: str = "openmpi", params: dict[str, str] | None = None) -> None:
+            environ: str = "openmpi", params: dict[str, str] | None = None,
+            extra: dict[str, str] | None = None) -> None:
     """One test-case run, as fabreg.review.perflog would have read it from a perflog line."""
-    attrs = {"ref_status": "ok"}
+    attrs = {"ref_status": "ok", **(extra or {})}
     if keys is not None:
         attrs["ref_keys"] = json.dumps(keys)
     run = Run(t, test, params or {"transport": "shm"}, system, "default", environ,
@@ -274,3 +275,45 @@ def test_suggested_file_from_real_runs_gives_each_key_its_median(tmp_path: Path)
     fabreg("ingest", str(perflogs / "results.db"), db=alone, check=True)
     again = fabreg("references", "suggest", "--system", "local", db=alone, check=True).stdout
     assert again == out
+
+
+def test_a_baseline_leaves_out_values_measured_under_interference(tmp_path, capsys):
+    """A new host's first runs have no reference, hence no verdict: only their interference
+    column says that other work took the CPUs. Seen in CI: two such calibration jobs (other
+    work 27-29 % of the CPU, 1193 and 1423 MB/s against ~2200) widened the band of a
+    minicluster link to 0.68, past the half-speed link it must catch."""
+    db = tmp_path / "fabreg.db"
+    checks = tmp_path / "checks"
+    (checks / "references").mkdir(parents=True)
+    bw2 = {**BW1M, "transport": "tcp", "nodes": 2}
+    quiet = [2183.8, 2291.8, 2315.7, 2204.6, 2142.6, 2250.0]
+    with Store(db) as store:
+        for i, (value, share) in enumerate([(v, 0.03) for v in quiet]
+                                           + [(1193.5, 0.2944), (1422.8, 0.2655)]):
+            add_run(store, 1000 + i * 10, {"bandwidth_1MB": (value, "MB/s")},
+                    {"bandwidth_1MB": bw2}, system="minicluster", test="OsuBandwidth",
+                    extra={"host_key": "testhost",
+                           "interference": json.dumps({"other_share": share})})
+    code = main(["references", "calibrate", "--db", str(db), "--system", "minicluster",
+                 "--checks", str(checks), "--host-key", "testhost"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "left out 2 value(s) measured under interference" in out
+    (row,) = yaml.safe_load((checks / "references" / "minicluster" / "testhost.yaml")
+                            .read_text())["references"]
+    assert row["value"] == pytest.approx(statistics.median(quiet), rel=0.01)
+    assert row["fail"] < 0.5, row  # a link at half its bandwidth fails
+
+
+@pytest.mark.parametrize("attrs, under", [
+    ({"interference": '{"other_share": 0.11}'}, True),
+    ({"interference": '{"other_share": 0.10}'}, False),
+    ({"interference": ""}, False),
+    ({"interference": "not json"}, False),
+    ({"verdicts": '{"bandwidth_1MB": "inconclusive"}'}, True),
+    ({"verdicts": '{"bandwidth_1MB": "ok"}', "interference": '{"other_share": 0.0}'}, False),
+])
+def test_what_counts_as_measured_under_interference(attrs, under):
+    from fabreg.review.store import RunValue
+    rv = RunValue("OsuBandwidth", "openmpi", "bandwidth_1MB", 0.0, 1.0, "MB/s", "k", attrs)
+    assert suggest.measured_under_interference(rv) is under

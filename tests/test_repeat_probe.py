@@ -98,4 +98,4 @@ def test_an_unknown_probe_is_a_one_line_error(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert proc.stderr.strip() == ("fabreg: no figures known for probe 'fabreg_nosuch' "
-                                   "(one of: fabreg_matmul)")
+                                   "(one of: fabreg_matmul, fabreg_streams)")

@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import re
 
+#: Other work's share of the host's CPU time (``interference`` column: ``other_share``) above
+#: which a measurement is contended: a failing value is ``inconclusive``, and no host
+#: baseline rests on it. 10 % is a fifth of a core on a 2-core node, far above what daemons
+#: and ReFrame's polling take.
+CONTENDED_SHARE = 0.10
+
 #: The fields a reference row can be keyed on (``checks/references/<system>.yaml``); every
 #: logged value records its key under ``ref_keys``.
 KEY_FIELDS: tuple[str, ...] = ("benchmark", "metric", "size", "mpi", "transport", "nodes")

@@ -10,8 +10,9 @@ from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
 from fabreg.review import suggest
 from fabreg.review.perflog import parse_time
-from fabreg.review.store import Store
+from fabreg.review.store import RunValue, Store
 from fabreg.run.references import host_key, host_reference_file
+from fabreg.schema import CONTENDED_SHARE
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -74,7 +75,19 @@ def run_calibrate(args: argparse.Namespace) -> int:
         raise FabregError(f"{out} exists; use --force to replace this host's baseline")
     args.out, args.force = str(out), True
     out.parent.mkdir(exist_ok=True)
-    return run_suggest(args, lambda values: suggest.baseline_values(values, host), host)
+    left_out: list[int] = []
+
+    def select(values: list[RunValue]) -> list[RunValue]:
+        mine = [rv for rv in values if rv.attrs.get("host_key") == host]
+        kept = suggest.baseline_values(mine, host)
+        left_out.append(len(mine) - len(kept))
+        return kept
+
+    code = run_suggest(args, select, host)
+    if left_out and left_out[0]:
+        print(f"left out {left_out[0]} value(s) measured under interference (other work took "
+              f"more than {CONTENDED_SHARE:.0%} of the host's CPU, or judged inconclusive)")
+    return code
 
 
 def run_suggest(args: argparse.Namespace, select=None, host: str = "") -> int:

@@ -27,7 +27,7 @@ from typing import Any, Union
 import yaml
 
 from fabreg.review.store import RunValue
-from fabreg.schema import KEY_FIELDS, lower_is_better
+from fabreg.schema import CONTENDED_SHARE, KEY_FIELDS, lower_is_better
 
 #: A reference key as a hashable value: (field, value) pairs in KEY_FIELDS order,
 #: fields without a value left out (they become wildcards in the row).
@@ -127,21 +127,30 @@ def key_of(raw: Any) -> Key | None:
     return tuple(out)
 
 
+def _json_object(text: str | None) -> dict[str, Any]:
+    try:
+        loaded = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def measured_under_interference(rv: RunValue) -> bool:
+    """Was ``rv`` judged ``inconclusive``, or measured while other work took more than
+    ``CONTENDED_SHARE`` of its host's CPU? (A first run on a new host has no reference, so
+    no verdict: only its ``interference`` column tells.)"""
+    if _json_object(rv.attrs.get("verdicts")).get(rv.perfvar) == "inconclusive":
+        return True
+    share = _json_object(rv.attrs.get("interference")).get("other_share")
+    return isinstance(share, (int, float)) and share > CONTENDED_SHARE
+
+
 def baseline_values(values: Iterable[RunValue], host: str) -> list[RunValue]:
-    """The values a host's baseline rests on: measured on ``host`` and judged there (a value
-    measured while other work took the host's CPUs says nothing about the fabric)."""
-    out = []
-    for rv in values:
-        if rv.attrs.get("host_key") != host:
-            continue
-        try:
-            verdicts = json.loads(rv.attrs.get("verdicts") or "{}")
-        except ValueError:
-            verdicts = {}
-        if isinstance(verdicts, dict) and verdicts.get(rv.perfvar) == "inconclusive":
-            continue
-        out.append(rv)
-    return out
+    """The values a host's baseline rests on: measured on ``host`` and not under interference
+    (a value measured while other work took the host's CPUs says nothing about the fabric,
+    and one such run widens the baseline's bands past the faults it must catch)."""
+    return [rv for rv in values
+            if rv.attrs.get("host_key") == host and not measured_under_interference(rv)]
 
 
 def group_values(values: Iterable[RunValue]) -> Grouped:

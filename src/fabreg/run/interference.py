@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from fabreg.run import procfs
+from fabreg.schema import CONTENDED_SHARE
 
 #: The environment variable that marks the job's own processes.
 TOKEN_VARIABLE = "FABREG_MEASURE_TOKEN"
@@ -52,9 +53,6 @@ SCHEDULER_DAEMONS = frozenset({"slurmctld", "slurmd", "slurmstepd", "munged"})
 #: The kernel's thread parent: its children are the kernel's own threads.
 KTHREADD = 2
 
-#: Other work's share of the host's CPU time above which a measurement is contended: 10 %
-#: is a fifth of a core on a 2-core node, far above what daemons and ReFrame's polling take.
-CONTENDED_SHARE = 0.10
 
 
 @dataclass(frozen=True)

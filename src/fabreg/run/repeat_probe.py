@@ -30,7 +30,7 @@ from fabreg.run.interference import (
     exclusive_allocation,
 )
 from fabreg.run.launch import JsonPlan, Launch, plan_argument, run_once, summary
-from fabreg.run.parsers.probes import parse_matmul
+from fabreg.run.parsers.probes import parse_matmul, parse_streams
 
 PLAN = "repeat-probe-plan.json"
 RESULT = "repeat-probe.json"
@@ -38,6 +38,7 @@ RESULT = "repeat-probe.json"
 #: How each probe's output gives its figures (perf variable -> value).
 READERS: dict[str, Callable[[str], dict[str, float]]] = {
     "fabreg_matmul": lambda text: parse_matmul(text).figures(),
+    "fabreg_streams": lambda text: parse_streams(text).figures(),
 }
 
 

@@ -169,6 +169,13 @@ class RepeatedProbe(ConfirmedValues):
         except (OSError, ValueError):
             return None
 
+    def run_outputs(self) -> list[str]:
+        """Every run's output (the first is the job's stdout): sanity that must hold in each
+        run, such as no lost message, reads them all."""
+        result = self.measured()
+        names = [x["output"] for x in result["launches"]] if result else []
+        return [self.output_text(name) for name in names] or [self.output_text()]
+
     def best_of(self, name: str) -> float:
         """The best of the job's runs for figure ``name``."""
         result = self.measured()

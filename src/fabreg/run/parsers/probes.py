@@ -139,6 +139,15 @@ class StreamsResult:
         fastest = max(s.rate_gbps for s in self.streams)
         return self.min_rate_gbps / fastest if fastest > 0 else 0.0
 
+    @property
+    def max_loss_rate(self) -> float:
+        return max(s.loss_rate for s in self.streams)
+
+    def figures(self) -> dict[str, float]:
+        """The judged figures: slowest stream and all streams (Gbit/s), worst loss rate."""
+        return {"rate_min": self.min_rate_gbps, "rate_total": self.aggregate_rate_gbps,
+                "loss_rate": self.max_loss_rate}
+
 
 def parse_streams(text: str) -> StreamsResult:
     block = parse_block(text, "streams")
