@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from test_workload_probes import OMPI_ROOT, PROBES
+from test_workload_probes import OMPI_ROOT, make_probe
 
 from fabreg.run import repeat_probe as rp
 from fabreg.run.parsers.probes import parse_matmul
@@ -24,11 +24,7 @@ FIGURES = {"total": True, "distribute": True, "compute": True, "gather": True,
 def matmul(tmp_path_factory):
     if not shutil.which("mpicc.openmpi") or not shutil.which("mpirun.openmpi"):
         pytest.skip("OpenMPI is not installed (mpicc.openmpi / mpirun.openmpi)")
-    out = tmp_path_factory.mktemp("matmul-probe")
-    proc = subprocess.run(["make", "-f", str(PROBES / "Makefile"), "CC=mpicc.openmpi",
-                           "fabreg_matmul"], cwd=out, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out / "fabreg_matmul"
+    return make_probe(tmp_path_factory.mktemp("matmul-probe"), "fabreg_matmul")
 
 
 def _drive(tmp_path, probe, *options: str, **plan_fields):

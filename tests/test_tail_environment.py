@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from test_workload_probes import OMPI_ROOT, PROBES
+from test_workload_probes import OMPI_ROOT, make_probe
 
 from fabreg.run import tail_environment as te
 
@@ -69,12 +69,7 @@ def test_an_unknown_environment_is_a_one_line_error(tmp_path):
 def openmpi_probe(tmp_path_factory):
     if not shutil.which("mpicc.openmpi") or not shutil.which("mpirun.openmpi"):
         pytest.skip("OpenMPI is not installed (mpicc.openmpi / mpirun.openmpi)")
-    out = tmp_path_factory.mktemp("tail-probe")
-    proc = subprocess.run(["make", "-f", str(PROBES / "Makefile"), "CC=mpicc.openmpi",
-                           "fabreg_tail_latency"], cwd=out, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out / "fabreg_tail_latency"
+    return make_probe(tmp_path_factory.mktemp("tail-probe"), "fabreg_tail_latency")
 
 
 def _drive(probe, tmp_path, environment: str, ranks: int, background_pairs: int):

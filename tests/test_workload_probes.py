@@ -32,6 +32,14 @@ MPIS = {
 OMPI_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
+def make_probe(out: Path, name: str, cc: str = "mpicc.openmpi") -> Path:
+    """Build probe ``name`` into ``out`` through the probes' Makefile, with ``cc``."""
+    proc = subprocess.run(["make", "-f", str(PROBES / "Makefile"), f"CC={cc}", name],
+                          cwd=out, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out / name
+
+
 class Probe:
     """A probe built against one MPI, started with that MPI's launcher."""
 

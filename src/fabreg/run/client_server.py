@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Measurements
-from fabreg.run.interference import CONTENDED_SHARE, TOKEN_VARIABLE, JobMeter, exclusive_allocation
-from fabreg.run.launch import JsonPlan, plan_argument
+from fabreg.run.interference import CONTENDED_SHARE, TOKEN_VARIABLE, JobMeter
+from fabreg.run.launch import JsonPlan, driver_main
 from fabreg.run.parsers.perftest import parse_perftest
 from fabreg.run.parsers.ucx_perftest import parse_ucx_perftest
 
@@ -218,15 +218,11 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     if runs[0]["returncode"] == 0:
         while len(runs) < plan.repeats:
             measurements.record(pair())
-        measurements.confirm(plan.fail_limits, Confirmation(
-            token, workdir, plan.confirm_runs, plan.confirm_span_s, plan.quiet_wait_s,
-            plan.contended_share), pair)
+        measurements.confirm(plan.fail_limits, Confirmation.of(plan, token, workdir), pair)
     interference = meter.stop()
     result = {
         **measurements.as_dict(),
-        "interference": interference.as_dict(),
-        "contended": interference.contended(plan.contended_share),
-        "exclusive": exclusive_allocation(),
+        **interference.job_summary(plan.contended_share),
         "runs": runs,
         "returncode": runs[0]["returncode"],
     }
@@ -235,10 +231,7 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    path = plan_argument("fabreg.run.client_server", argv)
-    if path is None:
-        return 2
-    return int(run(Plan.load(path), path.parent)["returncode"])
+    return driver_main("fabreg.run.client_server", argv, Plan, run)
 
 
 if __name__ == "__main__":

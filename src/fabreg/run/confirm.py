@@ -92,6 +92,13 @@ class Confirmation:
     quiet_wait_s: float = 30.0
     contended_share: float = CONTENDED_SHARE
 
+    @classmethod
+    def of(cls, plan: Any, token: str, workdir: Path) -> Confirmation:
+        """The confirmation a driver's plan asks for (its ``confirm_runs``, ``confirm_span_s``,
+        ``quiet_wait_s`` and ``contended_share``)."""
+        return cls(token, workdir, plan.confirm_runs, plan.confirm_span_s, plan.quiet_wait_s,
+                   plan.contended_share)
+
     def confirm(self, failing: list[Key], measure_again: Callable[[list[Key]], Collection[Key]],
                 still_failing: Callable[[list[Key]], list[Key]]) -> dict[Key, int]:
         """Measure ``failing`` again until none of them fails or the runs are spent.

@@ -367,6 +367,12 @@ class JobInterference:
     def contended(self, threshold: float = CONTENDED_SHARE) -> bool:
         return self.share > threshold
 
+    def job_summary(self, threshold: float = CONTENDED_SHARE) -> dict[str, Any]:
+        """What an in-job driver's result says of the job's conditions: other work's CPU
+        time (``interference``), whether it was ``contended``, and ``exclusive``."""
+        return {"interference": self.as_dict(), "contended": self.contended(threshold),
+                "exclusive": exclusive_allocation()}
+
     def as_dict(self) -> dict[str, Any]:
         if not self.nodes:
             return {"other_share": 0.0, "nodes": {}, "problem": self.problem}

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from fabreg.errors import FabregError
+
 #: Says, line by line, whether the output is complete (the line that ends it was seen).
 Completion = Callable[[bytes], bool]
 
@@ -127,3 +129,23 @@ def plan_argument(module: str, argv: list[str] | None) -> Path | None:
         print(f"usage: python -m {module} PLAN.json", file=sys.stderr)
         return None
     return Path(args[0])
+
+
+def driver_main(module: str, argv: list[str] | None, plan_type: type[JsonPlan],
+                run: Callable[[Any, Path], dict[str, Any]]) -> int:
+    """The ``main`` of an in-job driver, ``python -m <module> PLAN.json``: ``run(plan,
+    workdir)`` returns the driver's result; a FabregError is one line and status 1, a launch
+    ended after its complete results is said, and the status is the result's ``returncode``
+    (default 0)."""
+    path = plan_argument(module, argv)
+    if path is None:
+        return 2
+    try:
+        result = run(plan_type.load(path), path.parent)
+    except FabregError as err:
+        print(f"fabreg: {err}", file=sys.stderr)
+        return 1
+    if result.get("hung_after_results"):
+        print("fabreg: a benchmark run printed its complete results and then did not exit; "
+              "ended it, results kept", file=sys.stderr)
+    return int(result.get("returncode", 0))

@@ -37,9 +37,8 @@ from fabreg.run.interference import (
     CONTENDED_SHARE,
     TOKEN_VARIABLE,
     JobMeter,
-    exclusive_allocation,
 )
-from fabreg.run.launch import Completion, JsonPlan, Launch, plan_argument, run_once, summary
+from fabreg.run.launch import Completion, JsonPlan, Launch, driver_main, run_once, summary
 from fabreg.run.parsers.osu import parse_osu
 
 RESULT = "measure.json"
@@ -147,8 +146,7 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
 
     first_batch = {s: best(v, plan.lower_is_better) for s, v in values.items() if v}
     failing = still_failing(plan.sizes)
-    quiet = Confirmation(token, workdir, plan.confirm_runs, plan.confirm_span_s, plan.quiet_wait_s,
-                         plan.contended_share).confirm(failing, repeat, still_failing)
+    quiet = Confirmation.of(plan, token, workdir).confirm(failing, repeat, still_failing)
     interference = meter.stop()
     final = {s: best(v, plan.lower_is_better) for s, v in values.items() if v}
     result = {
@@ -158,26 +156,17 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
                    for s, v in values.items() if v},
         "confirmation": {str(s): first_batch[s] for s in failing},
         "quiet_confirmations": {str(s): n for s, n in quiet.items()},
-        "interference": interference.as_dict(),
-        "contended": interference.contended(plan.contended_share),
-        "exclusive": exclusive_allocation(),
+        **interference.job_summary(plan.contended_share),
         **summary(launches),
+        # The job's status: the first launch's, or 0 if it hung after complete results.
+        "returncode": 0 if launches[0].hung_after_results else launches[0].returncode,
     }
     (workdir / RESULT).write_text(json.dumps(result, indent=1) + "\n")
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    path = plan_argument("fabreg.run.measure", argv)
-    if path is None:
-        return 2
-    result = measure(Plan.load(path), path.parent)
-    first = result["launches"][0]
-    if first["hung_after_results"]:
-        print(f"fabreg: the benchmark printed its complete results and then did not exit "
-              f"within {Plan.load(path).grace_s:g} s; ended it, results kept", file=sys.stderr)
-        return 0
-    return int(first["returncode"])
+    return driver_main("fabreg.run.measure", argv, Plan, measure)
 
 
 if __name__ == "__main__":

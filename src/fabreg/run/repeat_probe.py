@@ -27,9 +27,8 @@ from fabreg.run.interference import (
     CONTENDED_SHARE,
     TOKEN_VARIABLE,
     JobMeter,
-    exclusive_allocation,
 )
-from fabreg.run.launch import JsonPlan, Launch, plan_argument, run_once, summary
+from fabreg.run.launch import JsonPlan, Launch, driver_main, run_once, summary
 from fabreg.run.parsers.probes import parse_matmul, parse_streams
 
 PLAN = "repeat-probe-plan.json"
@@ -99,17 +98,13 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     if launches[0].returncode == 0 or launches[0].hung_after_results:
         while len(launches) < plan.repeats:
             measurements.record(once())
-        measurements.confirm(plan.fail_limits, Confirmation(
-            token, workdir, plan.confirm_runs, plan.confirm_span_s, plan.quiet_wait_s,
-            plan.contended_share), once)
+        measurements.confirm(plan.fail_limits, Confirmation.of(plan, token, workdir), once)
     interference = meter.stop()
     first = launches[0]
     result = {
         **measurements.as_dict(),
         **summary(launches),
-        "interference": interference.as_dict(),
-        "contended": interference.contended(plan.contended_share),
-        "exclusive": exclusive_allocation(),
+        **interference.job_summary(plan.contended_share),
         "returncode": 0 if first.hung_after_results else first.returncode,
     }
     (workdir / RESULT).write_text(json.dumps(result, indent=1) + "\n")
@@ -117,18 +112,7 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    path = plan_argument("fabreg.run.repeat_probe", argv)
-    if path is None:
-        return 2
-    try:
-        result = run(Plan.load(path), path.parent)
-    except FabregError as err:
-        print(f"fabreg: {err}", file=sys.stderr)
-        return 1
-    if result["hung_after_results"]:
-        print("fabreg: a probe run printed its complete results and then did not exit; "
-              "ended it, results kept", file=sys.stderr)
-    return int(result["returncode"])
+    return driver_main("fabreg.run.repeat_probe", argv, Plan, run)
 
 
 if __name__ == "__main__":

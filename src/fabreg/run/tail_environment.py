@@ -32,7 +32,7 @@ from typing import Any
 from fabreg.errors import FabregError
 from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Limit, beyond_limit
 from fabreg.run.interference import CONTENDED_SHARE, TOKEN_VARIABLE
-from fabreg.run.launch import JsonPlan, Launch, plan_argument, run_once, summary
+from fabreg.run.launch import JsonPlan, Launch, driver_main, run_once, summary
 from fabreg.run.parsers.probes import ProbeOutputError, TailLatencyResult, parse_tail_latency
 
 RESULT = "tail-environment.json"
@@ -194,8 +194,7 @@ def _confirm_quiet_figures(plan: Plan, workdir: Path, results: list[TailLatencyR
 
     failing = still_failing(list(limits))
     first = {n: min(values[n]) for n in failing}
-    quiet = Confirmation(env[TOKEN_VARIABLE], workdir, plan.confirm_runs, plan.confirm_span_s,
-                         plan.quiet_wait_s, plan.contended_share).confirm(
+    quiet = Confirmation.of(plan, env[TOKEN_VARIABLE], workdir).confirm(
         failing, again, still_failing)
     return first, quiet
 
@@ -327,18 +326,7 @@ def judge(result: dict[str, Any], runs: list[TailLatencyResult], contended: str 
 
 
 def main(argv: list[str] | None = None) -> int:
-    path = plan_argument("fabreg.run.tail_environment", argv)
-    if path is None:
-        return 2
-    try:
-        result = run(Plan.load(path), path.parent)
-    except FabregError as err:
-        print(f"fabreg: {err}", file=sys.stderr)
-        return 1
-    if result["hung_after_results"]:
-        print("fabreg: a probe run printed its complete results and then did not exit; "
-              "ended it, results kept", file=sys.stderr)
-    return 0
+    return driver_main("fabreg.run.tail_environment", argv, Plan, run)
 
 
 if __name__ == "__main__":

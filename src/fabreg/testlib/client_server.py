@@ -60,9 +60,7 @@ class ClientServerCheck(ConfirmedValues, FabregCheck):
             server=server, client=client, nodes=self.nodes, figures=figures,
             fail_limits={name: ref.failure_limit for name in figures
                          if (ref := refs.get(name))},
-            repeats=self.repeats, contended_share=self.contended_share,
-            quiet_wait_s=self.quiet_wait, confirm_span_s=self.confirm_span,
-            confirm_runs=self.confirm_runs,
+            **self.confirmation_settings(),
         ).save(Path(self.stagedir, client_server.PLAN))
         self.env_vars[HARNESS_VARIABLE] = harness_identity()
         self.job.launcher = getlauncher("local")()

@@ -101,6 +101,12 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
         """What the driver's JSON says, or None (no driver ran: one plain run, a dry run)."""
         raise NotImplementedError
 
+    def confirmation_settings(self) -> dict[str, Any]:
+        """How the in-job driver repeats and confirms: the fields every driver's plan shares."""
+        return {"repeats": self.repeats, "contended_share": self.contended_share,
+                "quiet_wait_s": self.quiet_wait, "confirm_span_s": self.confirm_span,
+                "confirm_runs": self.confirm_runs}
+
     def variables_of(self, key: str) -> list[str]:
         """The perf variables a key of the driver's JSON stands for (itself by default)."""
         return [key]

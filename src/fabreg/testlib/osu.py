@@ -377,9 +377,8 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
             full_sizes=powers_of_two(1, self.max_size),
             repeat_options=["-m", "{low}:{high}", *counts], sizes=list(self.perf_sizes),
             lower_is_better=lower_is_better(metric, unit), fail_limits=limits,
-            repeats=self.repeats, budget_s=self.budget_seconds(), grace_s=self.hang_grace,
-            contended_share=self.contended_share, quiet_wait_s=self.quiet_wait,
-            confirm_span_s=self.confirm_span, confirm_runs=self.confirm_runs)
+            budget_s=self.budget_seconds(), grace_s=self.hang_grace,
+            **self.confirmation_settings())
 
     def variables_at(self, size: int) -> list[str]:
         return [perfvar_name(BENCHMARKS[self.benchmark][0], size)]

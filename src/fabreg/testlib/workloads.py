@@ -151,9 +151,7 @@ class RepeatedProbe(ConfirmedValues):
             options=list(self.executable_opts), probe=self.benchmark, figures=figures,
             fail_limits={name: ref.failure_limit for name in figures
                          if (ref := refs.get(name))},
-            repeats=self.repeats, contended_share=self.contended_share,
-            quiet_wait_s=self.quiet_wait, confirm_span_s=self.confirm_span,
-            confirm_runs=self.confirm_runs,
+            **self.confirmation_settings(),
         ).save(Path(self.stagedir, repeat_probe.PLAN))
         self.env_vars[HARNESS_VARIABLE] = harness_identity()
         self.job.launcher = getlauncher("local")()
