@@ -7,12 +7,10 @@ phase and the communication fraction.
 """
 
 import reframe as rfm
-import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
-from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
+from reframe.core.builtins import parameter, run_after, sanity_function, variable
 from reframe.core.exceptions import SanityError
 
-from fabreg import schema
 from fabreg.run.parsers.probes import MatmulResult, parse_matmul
 from fabreg.testlib.workloads import ProbeCheck, RepeatedProbe
 
@@ -53,8 +51,8 @@ class Matmul(RepeatedProbe, ProbeCheck):
     def references_wanted(self) -> dict[str, tuple[str, int | None, bool]]:
         return {name: (name, self.matrix_size, name == "gflops") for name in UNITS}
 
-    def figures(self) -> dict[str, bool]:
-        return {name: schema.lower_is_better(name) for name in UNITS}
+    def figure_units(self) -> dict[str, str]:
+        return UNITS
 
     def result(self) -> MatmulResult:
         return parse_matmul(self.output_text())
@@ -69,10 +67,3 @@ class Matmul(RepeatedProbe, ProbeCheck):
             raise SanityError(f"probe ran n={result.n} on {result.ranks} ranks, asked "
                               f"n={self.matrix_size} on {self.ranks}")
         return True
-
-    @run_before("performance")
-    def set_perf_variables(self) -> None:
-        self.perf_variables = {
-            name: sn.make_performance_function(self.best_of, unit, name)
-            for name, unit in UNITS.items()
-        }

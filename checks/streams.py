@@ -14,7 +14,6 @@ import reframe.utility.sanity as sn
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
 
-from fabreg import schema
 from fabreg.run.parsers.probes import StreamsResult, parse_streams
 from fabreg.testlib.metering import MeteredJob
 from fabreg.testlib.workloads import ProbeCheck, RepeatedProbe, launcher_argv
@@ -101,18 +100,11 @@ class Streams(RepeatedProbe, StreamsBase):
     layout = parameter(["pair", "pairs", "cross"])
     tags = {"workload", "streams"}
 
-    def figures(self) -> dict[str, bool]:
-        return {name: schema.lower_is_better(name) for name in UNITS}
+    def figure_units(self) -> dict[str, str]:
+        return UNITS
 
     def run_results(self) -> list[StreamsResult]:
         return [parse_streams(text) for text in self.run_outputs()]
-
-    @run_before("performance")
-    def set_perf_variables(self) -> None:
-        self.perf_variables = {
-            name: sn.make_performance_function(self.best_of, unit, name)
-            for name, unit in UNITS.items()
-        }
 
     def problems(self, result: StreamsResult) -> list[str]:
         problems = super().problems(result)

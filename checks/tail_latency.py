@@ -183,13 +183,11 @@ class TailLatency(MeteredJob, ProbeCheck):
     @run_before("run", always_last=True)
     def run_through_environment_driver(self) -> None:
         command = [*self.launcher_argv(), self.probe_path()]
-        refs = self.references()
         tail_environment.Plan(
             command=command, options=list(self.executable_opts), environment=self.environment,
             calibration_iterations=self.calibration_iterations,
             calibration_blocks=self.calibration_blocks, repeats=self.repeats,
-            fail_limits={name: ref.failure_limit for name in tail_environment.QUIET_FIGURES
-                         if (ref := refs.get(name))},
+            fail_limits=self.failure_limits(tail_environment.QUIET_FIGURES),
             confirm_span_s=self.confirm_span, confirm_runs=self.confirm_runs,
             contended_share=self.contended_share,
         ).save(Path(self.stagedir, tail_environment.PLAN))

@@ -3,19 +3,20 @@
 Interference only ever lowers bandwidth and raises latency, so a value is judged by the best
 of its measurements (:func:`best`), and one whose best still crosses its failure limit is
 measured again by the job itself: up to ``runs`` (:data:`CONFIRM_RUNS`) more measurements
-spread over ``span_s``
-seconds (first at once, last at the end of the span), stopping at the first one after
-which nothing fails any more. A virtual host has spells in which everything runs slow with
-no process to blame (on a 2-core VM: every launch of a healthy ``osu_bw`` 25-35 % slow for
-up to ~20 s, several times an hour); a spell ends within the span, a fault does not. Each
-confirmation run first waits (up to ``quiet_wait_s`` over all of them) for a second in
-which other work leaves the host alone, and is metered by itself: a failure confirmed by a
-run on a quiet host is a failure even if other work took the CPUs during the rest of the job.
+spread over ``span_s`` seconds (first at once, last at the end of the span), stopping at the
+first one after which nothing fails any more. A virtual host has spells in which everything
+runs slow with no process to blame (on a 2-core VM: every launch of a healthy ``osu_bw``
+25-35 % slow for up to ~20 s, several times an hour); a spell ends within the span, a fault
+does not. Each confirmation run first waits (up to ``quiet_wait_s`` over all of them) for a
+second in which other work leaves the host alone, and is metered by itself: a failure
+confirmed by a run on a quiet host is a failure even if other work took the CPUs during the
+rest of the job.
 
 Shared by the in-job drivers: :mod:`fabreg.run.measure` (OSU, keyed by message size),
 :mod:`fabreg.run.tail_environment` (the quiet tail figures) and, through
 :class:`Measurements`, :mod:`fabreg.run.client_server` (perftest and ucx_perftest) and
-:mod:`fabreg.run.repeat_probe` (the matrix multiply), keyed by perf variable.
+:mod:`fabreg.run.repeat_probe` (the matrix multiply, the streams), keyed by perf
+variable.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ measurements and the CPU time other work took are logged.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -55,12 +54,9 @@ class ClientServerCheck(ConfirmedValues, FabregCheck):
         """Run ``server`` and ``client`` (``{port}``, ``{server_host}`` filled in by the job)
         through the driver, which repeats and confirms."""
         figures = self.figures()
-        refs = self.references()
         client_server.Plan(
             server=server, client=client, nodes=self.nodes, figures=figures,
-            fail_limits={name: ref.failure_limit for name in figures
-                         if (ref := refs.get(name))},
-            **self.confirmation_settings(),
+            fail_limits=self.failure_limits(figures), **self.confirmation_settings(),
         ).save(Path(self.stagedir, client_server.PLAN))
         self.env_vars[HARNESS_VARIABLE] = harness_identity()
         self.job.launcher = getlauncher("local")()
@@ -72,11 +68,7 @@ class ClientServerCheck(ConfirmedValues, FabregCheck):
                                                        for i in range(1, runs + 1))]
 
     def measured(self) -> dict[str, Any] | None:
-        path = Path(self.stagedir, client_server.RESULT)
-        try:
-            return dict(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            return None
+        return self.driver_result(client_server.RESULT)
 
     def best_of(self, name: str) -> float:
         """The best of the job's measurements of ``name`` (the first run's without them)."""

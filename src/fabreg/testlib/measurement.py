@@ -101,6 +101,13 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
         """What the driver's JSON says, or None (no driver ran: one plain run, a dry run)."""
         raise NotImplementedError
 
+    def driver_result(self, name: str) -> dict[str, Any] | None:
+        """The driver's JSON file ``name`` in the stage directory, or None (none written)."""
+        try:
+            return dict(json.loads(Path(self.stagedir, name).read_text()))
+        except (OSError, ValueError):
+            return None
+
     def confirmation_settings(self) -> dict[str, Any]:
         """How the in-job driver repeats and confirms: the fields every driver's plan shares."""
         return {"repeats": self.repeats, "contended_share": self.contended_share,
@@ -206,10 +213,7 @@ class RepeatedMeasurement(ConfirmedValues):
 
     def measured(self) -> dict[str, Any] | None:
         """What ``measure.json`` says, or None (one plain run, or a dry run)."""
-        path = Path(self.stagedir, measure.RESULT)
-        if not self.measure_repeatedly or not path.is_file():
-            return None
-        return json.loads(path.read_text())
+        return self.driver_result(measure.RESULT) if self.measure_repeatedly else None
 
     def measured_value(self, size: int) -> float | None:
         result = self.measured()

@@ -21,6 +21,7 @@ reference and two tolerances. In a check:
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,12 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
         tables = [t for t in map(load_table, self.reference_paths()) if t is not None]
         return {var: next((r for t in tables if (r := t.lookup(**key))), None)
                 for var, (key, _) in self.reference_keys().items()}
+
+    def failure_limits(self, names: Iterable[str]) -> dict[str, float]:
+        """Perf variable -> its failure limit, for those of ``names`` with a reference: what
+        an in-job driver confirms a failing value against."""
+        refs = self.references()
+        return {name: ref.failure_limit for name in names if (ref := refs.get(name))}
 
     def qualify(self, assessments: list[Assessment]) -> dict[str, tuple[str, str]]:
         """Verdicts the measurement itself overrides, with why (``inconclusive``, ``flaky``).

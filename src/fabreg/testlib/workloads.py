@@ -11,17 +11,18 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import reframe as rfm
+import reframe.utility.sanity as sn
 from reframe.core.backends import getlauncher
 from reframe.core.builtins import fixture, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import ReframeError, SanityError
 
+from fabreg import schema
 from fabreg.run import providers, repeat_probe
 from fabreg.run.interference import HARNESS_VARIABLE, harness_identity
 from fabreg.testlib.base import reframe_errors
@@ -138,20 +139,18 @@ class RepeatedProbe(ConfirmedValues):
     (``repeats`` runs, each figure judged by its best, a failing one confirmed); the first
     run's output is the job's stdout, for sanity."""
 
-    def figures(self) -> dict[str, bool]:
-        """Perf variable -> whether lower is better: the figures the driver judges."""
+    def figure_units(self) -> dict[str, str]:
+        """Perf variable -> its unit: the figures the driver reads and the check judges."""
         raise NotImplementedError
 
     @run_before("run", always_last=True)
     def run_through_repeat_driver(self) -> None:
-        refs = self.references()
-        figures = self.figures()
+        units = self.figure_units()
         repeat_probe.Plan(
             command=[*self.launcher_argv(), self.probe_path()],
-            options=list(self.executable_opts), probe=self.benchmark, figures=figures,
-            fail_limits={name: ref.failure_limit for name in figures
-                         if (ref := refs.get(name))},
-            **self.confirmation_settings(),
+            options=list(self.executable_opts), probe=self.benchmark,
+            figures={name: schema.lower_is_better(name) for name in units},
+            fail_limits=self.failure_limits(units), **self.confirmation_settings(),
         ).save(Path(self.stagedir, repeat_probe.PLAN))
         self.env_vars[HARNESS_VARIABLE] = harness_identity()
         self.job.launcher = getlauncher("local")()
@@ -161,11 +160,7 @@ class RepeatedProbe(ConfirmedValues):
                            "probe-run*.out"]
 
     def measured(self) -> dict[str, Any] | None:
-        path = Path(self.stagedir, repeat_probe.RESULT)
-        try:
-            return dict(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            return None
+        return self.driver_result(repeat_probe.RESULT)
 
     def run_outputs(self) -> list[str]:
         """Every run's output (the first is the job's stdout): sanity that must hold in each
@@ -181,3 +176,10 @@ class RepeatedProbe(ConfirmedValues):
             raise SanityError(f"no run of {self.benchmark} gave {name} "
                               f"(see {repeat_probe.RESULT} and probe-run*.out)")
         return float(result["best"][name])
+
+    @run_before("performance")
+    def set_perf_variables(self) -> None:
+        self.perf_variables = {
+            name: sn.make_performance_function(self.best_of, unit, name)
+            for name, unit in self.figure_units().items()
+        }
