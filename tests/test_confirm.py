@@ -48,13 +48,16 @@ def test_confirmation_stops_at_the_first_passing_run_and_spreads_the_rest(series
     def still_failing(keys: list[str]) -> list[str]:
         return beyond_limit(values, limits, keys)
 
+    start = time.monotonic()
     quiet = Confirmation("token", tmp_path, span_s=0.9).confirm(["lat"], again, still_failing)
     assert len(times) == runs
     # (each run's own meter sees this test's process as other work: its count is not tested
     # here, but in test_verdicts_reframe.py with real runs)
     assert set(quiet) <= {"lat"} and quiet.get("lat", 0) <= runs
-    gaps = [b - a for a, b in zip(times, times[1:])]
-    assert all(g >= 0.09 for g in gaps), gaps  # span / (runs - 1) apart
+    # Run i starts no earlier than its slot, i x span / (runs - 1) after the start (a busy
+    # host only delays a run; two runs' gap may be shorter when the first started late).
+    early = [(i, t - start) for i, t in enumerate(times) if t - start < i * 0.1]
+    assert not early, early
 
 
 def test_nothing_failing_is_not_measured_again(tmp_path):

@@ -317,3 +317,51 @@ def test_what_counts_as_measured_under_interference(attrs, under):
     from fabreg.review.store import RunValue
     rv = RunValue("OsuBandwidth", "openmpi", "bandwidth_1MB", 0.0, 1.0, "MB/s", "k", attrs)
     assert suggest.measured_under_interference(rv) is under
+
+
+def test_a_baseline_gets_the_host_controls_of_its_runs_one_value_per_run(tmp_path, capsys):
+    """Each run's ``host_control`` column becomes one value per figure; the baseline's
+    ``host_control`` rows are their medians, a contended control and a run left out for
+    interference add nothing; the rows are what a check's control is judged against."""
+    db = tmp_path / "fabreg.db"
+    checks = tmp_path / "checks"
+    (checks / "references").mkdir(parents=True)
+    trips = [0.29, 0.31, 0.30, 0.28, 0.33]
+    with Store(db) as store:
+        for i, trip in enumerate(trips):
+            control = {"round_trip": trip, "copy_bandwidth": 45.0 + i}
+            add_run(store, 1000 + i * 10, {"latency_8B": (0.5, "us"), "latency_1KB": (1.0, "us")},
+                    {"latency_8B": LAT8, "latency_1KB": {**LAT8, "size": 1024}},
+                    extra={"host_key": "testhost", "host_control": json.dumps(control)})
+        add_run(store, 2000, {"latency_8B": (0.5, "us")}, {"latency_8B": LAT8},  # contended
+                extra={"host_key": "testhost", "host_control": json.dumps(
+                    {"round_trip": 9.0, "copy_bandwidth": 1.0, "contended": True})})
+        add_run(store, 2010, {"latency_8B": (0.5, "us")}, {"latency_8B": LAT8},  # busy run
+                extra={"host_key": "testhost", "interference": '{"other_share": 0.5}',
+                       "host_control": json.dumps({"round_trip": 9.0, "copy_bandwidth": 1.0})})
+    code = main(["references", "calibrate", "--db", str(db), "--system", "local",
+                 "--checks", str(checks), "--host-key", "testhost"])
+    assert code == 0, capsys.readouterr().err
+    table = ReferenceTable.load(checks / "references" / "local" / "testhost.yaml")
+    trip = table.lookup(benchmark="host_control", metric="round_trip")
+    copy = table.lookup(benchmark="host_control", metric="copy_bandwidth")
+    assert trip is not None and copy is not None
+    assert trip.value == pytest.approx(statistics.median(trips))
+    assert trip.unit == "us" and trip.lower_is_better
+    assert copy.value == pytest.approx(47.0) and copy.unit == "GB/s" and not copy.lower_is_better
+    assert trip.verdict(0.30) == "ok" and trip.verdict(0.8) == "fail"  # the slow host state
+    # an OSU lookup never meets a control row
+    assert table.lookup(**LAT8).value == pytest.approx(0.5)
+
+
+def test_host_control_values_are_one_per_run_and_figure():
+    from fabreg.review.store import RunValue
+    control = json.dumps({"round_trip": 0.3, "copy_bandwidth": 40.0, "problem": "x"})
+    runs = [RunValue("OsuLatency", "openmpi", var, 0.0, 1.0, "us", key, {"host_control": text})
+            for key, text in (("a", control), ("b", '{"round_trip": true}'), ("c", "not json"))
+            for var in ("latency_8B", "latency_1KB")]
+    got = suggest.host_control_values(runs)
+    assert [(v.run_key, v.perfvar, v.value, v.unit) for v in got] == [
+        ("a", "host_round_trip", 0.3, "us"), ("a", "host_copy_bandwidth", 40.0, "GB/s")]
+    assert json.loads(got[0].attrs["ref_keys"]) == {
+        "host_round_trip": {"benchmark": "host_control", "metric": "round_trip"}}

@@ -28,6 +28,14 @@ references:
   - {benchmark: osu_bw, metric: bandwidth, size: 4194304, value: 1000000000, unit: MB/s, fail: 0.5}
 """
 SMALL = ["-S", "OsuBandwidth.iterations=20", "-S", "OsuBandwidth.warmup=2"]
+#: Host control rows (``fabreg.run.host_control``) that every host meets, and that none does.
+CONTROL_MET = """\
+  - {benchmark: host_control, metric: round_trip, value: 1000, unit: us, fail: 0.25}
+  - {benchmark: host_control, metric: copy_bandwidth, value: 0.001, unit: GB/s, fail: 0.25}
+"""
+CONTROL_UNMET = """\
+  - {benchmark: host_control, metric: round_trip, value: 0.00001, unit: us, fail: 0.25}
+"""
 
 
 def _checks(tmp_path: Path) -> Path:
@@ -109,11 +117,13 @@ def test_a_failure_confirmed_on_a_quiet_host_fails_though_the_job_was_busy(tmp_p
 
 
 def test_a_failure_that_reproduces_fails_with_both_measurements(tmp_path):
-    # Contention is not judged here (share 1.0): the value is confirmed and fails.
+    # Contention is not judged here (share 1.0): the value is confirmed and fails; the host
+    # control, measured after the confirmation, is within its baseline: the failure stands.
+    checks = _checks(tmp_path)
+    (checks / "references" / "local.yaml").write_text(UNREACHABLE + CONTROL_MET)
     proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL,
                        "-S", "contended_share=1.0", "-S", "confirm_runs=3",
-                       checks=_checks(tmp_path),
-                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+                       checks=checks, perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-4000:]
     assert "Failing phase: performance" in out
@@ -125,6 +135,28 @@ def test_a_failure_that_reproduces_fails_with_both_measurements(tmp_path):
     # a failed test stays in its stage directory
     measured = json.loads(next((tmp_path / "stage").rglob("measure.json")).read_text())
     assert all(len(v) == 6 for v in measured["values"].values())
+    control = json.loads(row["host_control"])
+    assert control["round_trip"] > 0 and control["copy_bandwidth"] > 0
+    assert "other_share" in control  # values still failed: it waited for a quiet host first
+
+
+def test_a_confirmed_failure_on_a_host_slower_than_its_control_is_inconclusive(tmp_path):
+    """The failure reproduces, but the host control measured right after it lies beyond its
+    own limit (here a baseline no host meets; in the field a VM whose cores moved): the host
+    ran slow, not the fabric. Inconclusive with the control's figure, never a regression."""
+    checks = _checks(tmp_path)
+    (checks / "references" / "local.yaml").write_text(UNREACHABLE + CONTROL_UNMET)
+    proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL,
+                       "-S", "contended_share=1.0", "-S", "confirm_runs=1",
+                       checks=checks, perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "the host itself ran slow: core-to-core round trip" in out
+    row = _row(tmp_path / "perflogs")
+    assert row["ref_status"] == "inconclusive"
+    assert set(json.loads(row["verdicts"]).values()) == {"inconclusive"}
+    assert json.loads(row["confirmation"])  # it was confirmed before the control judged
+    assert "against its baseline 1e-05" in row["ref_notes"], row["ref_notes"]
 
 
 def test_a_new_host_is_missing_until_calibrated_then_judged_by_its_baseline(tmp_path):
@@ -151,6 +183,7 @@ def test_a_new_host_is_missing_until_calibrated_then_judged_by_its_baseline(tmp_
     assert f"wrote {baseline}" in made.stdout
     text = baseline.read_text()
     assert "benchmark: osu_latency" in text and "size: 8," in text and "mpi: openmpi" in text
+    assert "benchmark: host_control, metric: round_trip" in text  # the host control's rows
     again = fabreg("references", "calibrate", "--system", "local", "--checks", str(checks),
                    db=db)
     assert again.returncode == 2 and "use --force" in again.stderr

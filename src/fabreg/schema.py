@@ -31,8 +31,9 @@ NOT_PARAMETERS: frozenset[str] = frozenset({
     "fabric_counters",
     # How far one run could be trusted (docs/references.md): per-value verdicts, the CPU time
     # other work took on the job's nodes, whether Slurm gave the nodes exclusively, the spread
-    # of the repeated measurements and the first value of a re-measured failure.
-    "verdicts", "interference", "exclusive", "spread", "confirmation",
+    # of the repeated measurements, the first value of a re-measured failure and the host
+    # control measured at the end of the job (fabreg.run.host_control).
+    "verdicts", "interference", "exclusive", "spread", "confirmation", "host_control",
     # Which host's baseline judged the run (references by host: local, minicluster).
     "host_key",
     # The tail environment one run reached: its target, the p99/p50 reached, the background
@@ -107,7 +108,15 @@ METRIC_DIRECTIONS: dict[str, str] = {
     "link_bandwidth": HIGHER, "link_latency": LOWER, "link_latency_p50": LOWER,
     "loopback_bandwidth": HIGHER, "loopback_latency_p50": LOWER,
     "loopback_latency": LOWER, "memory_bandwidth": HIGHER,
+    # the host control of every in-job driver (HOST_CONTROL_FIGURES)
+    "round_trip": LOWER, "copy_bandwidth": HIGHER,
 }
+
+#: The host control measured at the end of each judged job (``host_control`` column,
+#: ``fabreg.run.host_control``): figure -> unit. A host's baseline keeps a row per figure,
+#: keyed ``benchmark: HOST_CONTROL_BENCHMARK``, ``metric: <figure>``.
+HOST_CONTROL_FIGURES: dict[str, str] = {"round_trip": "us", "copy_bandwidth": "GB/s"}
+HOST_CONTROL_BENCHMARK = "host_control"
 
 _LOWER_UNITS = {"us", "usec", "ms", "s", "ns", "%comm"}
 _HIGHER_UNITS = {"MB/s", "GB/s", "Gbit/s", "Mbit/s", "msg/s", "Mmsg/s", "Mpps", "GFLOP/s"}

@@ -81,7 +81,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         mine = [rv for rv in values if rv.attrs.get("host_key") == host]
         kept = suggest.baseline_values(mine, host)
         left_out.append(len(mine) - len(kept))
-        return kept
+        return kept + suggest.host_control_values(kept)
 
     code = run_suggest(args, select, host)
     if left_out and left_out[0]:

@@ -20,14 +20,20 @@ import json
 import math
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Union
 
 import yaml
 
 from fabreg.review.store import RunValue
-from fabreg.schema import CONTENDED_SHARE, KEY_FIELDS, lower_is_better
+from fabreg.schema import (
+    CONTENDED_SHARE,
+    HOST_CONTROL_BENCHMARK,
+    HOST_CONTROL_FIGURES,
+    KEY_FIELDS,
+    lower_is_better,
+)
 
 #: A reference key as a hashable value: (field, value) pairs in KEY_FIELDS order,
 #: fields without a value left out (they become wildcards in the row).
@@ -151,6 +157,29 @@ def baseline_values(values: Iterable[RunValue], host: str) -> list[RunValue]:
     and one such run widens the baseline's bands past the faults it must catch)."""
     return [rv for rv in values
             if rv.attrs.get("host_key") == host and not measured_under_interference(rv)]
+
+
+def host_control_values(values: Iterable[RunValue]) -> list[RunValue]:
+    """One value per run and host-control figure (the run's ``host_control`` column), keyed
+    as a host baseline's control rows (``benchmark: host_control``): what a job's control is
+    judged against. A control that waited for a quiet host in vain (``contended``) is left out."""
+    out = []
+    seen: set[str] = set()
+    for rv in values:
+        if rv.run_key in seen:
+            continue
+        seen.add(rv.run_key)
+        control = _json_object(rv.attrs.get("host_control"))
+        if control.get("contended"):
+            continue
+        for name, unit in HOST_CONTROL_FIGURES.items():
+            value = control.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                perfvar = f"host_{name}"
+                keys = {perfvar: {"benchmark": HOST_CONTROL_BENCHMARK, "metric": name}}
+                out.append(replace(rv, perfvar=perfvar, value=float(value), unit=unit,
+                                   attrs={**rv.attrs, "ref_keys": json.dumps(keys)}))
+    return out
 
 
 def group_values(values: Iterable[RunValue]) -> Grouped:

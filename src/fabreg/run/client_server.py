@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fabreg.run import host_control
 from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Measurements
 from fabreg.run.interference import CONTENDED_SHARE, TOKEN_VARIABLE, JobMeter
 from fabreg.run.launch import JsonPlan, driver_main
@@ -218,11 +219,14 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     if runs[0]["returncode"] == 0:
         while len(runs) < plan.repeats:
             measurements.record(pair())
-        measurements.confirm(plan.fail_limits, Confirmation.of(plan, token, workdir), pair)
+        measurements.confirm(plan.fail_limits, Confirmation.of(plan, token, workdir),
+                             lambda _: pair())
     interference = meter.stop()
     result = {
         **measurements.as_dict(),
         **interference.job_summary(plan.contended_share),
+        "host_control": host_control.after_job(token, plan.contended_share,
+                                               bool(measurements.failing(plan.fail_limits))),
         "runs": runs,
         "returncode": runs[0]["returncode"],
     }

@@ -12,11 +12,10 @@ second in which other work leaves the host alone, and is metered by itself: a fa
 confirmed by a run on a quiet host is a failure even if other work took the CPUs during the
 rest of the job.
 
-Shared by the in-job drivers: :mod:`fabreg.run.measure` (OSU, keyed by message size),
-:mod:`fabreg.run.tail_environment` (the quiet tail figures) and, through
-:class:`Measurements`, :mod:`fabreg.run.client_server` (perftest and ucx_perftest) and
-:mod:`fabreg.run.repeat_probe` (the matrix multiply, the streams), keyed by perf
-variable.
+Every in-job driver keeps its figures in a :class:`Measurements` and confirms through it:
+:mod:`fabreg.run.measure` (OSU, keyed by message size), :mod:`fabreg.run.tail_environment`
+(the quiet tail figures), :mod:`fabreg.run.client_server` (perftest and ucx_perftest) and
+:mod:`fabreg.run.repeat_probe` (the matrix multiply, the streams), keyed by perf variable.
 """
 
 from __future__ import annotations
@@ -161,13 +160,14 @@ class Measurements:
         return beyond_limit(self.values, bounds, self.lower_is_better if names is None else names)
 
     def confirm(self, limits: Mapping[str, float], confirmation: Confirmation,
-                measure_once: Callable[[], Mapping[str, float]]) -> None:
-        """Measure the failing figures again (``measure_once`` runs the benchmark once more and
-        returns its figures) until none fails or ``confirmation``'s runs are spent."""
+                measure_once: Callable[[list[str]], Mapping[str, float]]) -> None:
+        """Measure the failing figures again (``measure_once(names)`` runs the benchmark once
+        more, for ``names`` where it can measure only some, and returns its figures) until none
+        fails or ``confirmation``'s runs are spent; only the failing figures are recorded."""
         failing = self.failing(limits)
         self.first = {n: best(self.values[n], self.lower_is_better[n]) for n in failing}
         self.quiet = confirmation.confirm(
-            failing, lambda names: self.record(measure_once(), names),
+            failing, lambda names: self.record(measure_once(names), names),
             lambda names: self.failing(limits, names))
 
     def as_dict(self) -> dict[str, Any]:

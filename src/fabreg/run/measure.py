@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Limit, best, beyond_limit, spread
+from fabreg.run import host_control
+from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Measurements
 from fabreg.run.interference import (
     CONTENDED_SHARE,
     TOKEN_VARIABLE,
@@ -111,52 +112,39 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     meter = JobMeter(token, workdir).start()
     start = time.monotonic()
     launches: list[Launch] = []
-    values: dict[int, list[float]] = {s: [] for s in plan.sizes}
+    # Figures are keyed by message size, as text (the result file's keys).
+    measurements = Measurements(dict.fromkeys(map(str, plan.sizes), plan.lower_is_better))
 
-    def launch(options: list[str], sizes: list[int], echo: bool = False) -> dict[int, float]:
+    def launch(options: list[str], sizes: list[int], echo: bool = False) -> dict[str, float]:
         out = workdir / f"measure-{len(launches)}.out"
         done = run_once(plan.command, options, out, table_complete(sizes), plan.grace_s, env,
                         echo)
         launches.append(done)
-        got = _values(out, plan.sizes, plan.column)
-        for size, value in got.items():
-            values[size].append(value)
-        return got
+        return {str(size): v for size, v in _values(out, plan.sizes, plan.column).items()}
 
-    def repeat(sizes: list[int]) -> dict[int, float]:
-        low, high = min(sizes), max(sizes)
+    def repeat(names: list[str]) -> dict[str, float]:
+        low, high = min(map(int, names)), max(map(int, names))
         opts = [o.format(low=low, high=high) for o in plan.repeat_options]
-        wanted = [s for s in plan.full_sizes if low <= s <= high]
-        return launch(opts, wanted)
+        return launch(opts, [s for s in plan.full_sizes if low <= s <= high])
 
-    launch(plan.full_options, plan.full_sizes, echo=True)
+    def short() -> list[str]:
+        return [n for n in measurements.lower_is_better
+                if len(measurements.values.get(n, [])) < plan.repeats]
+
+    got = measurements.record(launch(plan.full_options, plan.full_sizes, echo=True))
     first = launches[0]
-    if all(values[s] for s in plan.sizes) and not (first.returncode and not
-                                                    first.hung_after_results):
-        while (time.monotonic() - start < plan.budget_s
-               and (short := [s for s in plan.sizes if len(values[s]) < plan.repeats])):
-            before = sum(map(len, values.values()))
-            repeat(short)
-            if sum(map(len, values.values())) == before:
+    if len(got) == len(plan.sizes) and not (first.returncode and not first.hung_after_results):
+        while time.monotonic() - start < plan.budget_s and (names := short()):
+            if not measurements.record(repeat(names)):
                 break  # a repeat that prints nothing will not start printing
-    limits = {s: Limit(v, plan.lower_is_better) for s, v in plan.fail_limits.items()}
-
-    def still_failing(sizes: list[int]) -> list[int]:
-        return beyond_limit(values, limits, sizes)
-
-    first_batch = {s: best(v, plan.lower_is_better) for s, v in values.items() if v}
-    failing = still_failing(plan.sizes)
-    quiet = Confirmation.of(plan, token, workdir).confirm(failing, repeat, still_failing)
+    limits = {str(s): v for s, v in plan.fail_limits.items()}
+    measurements.confirm(limits, Confirmation.of(plan, token, workdir), repeat)
     interference = meter.stop()
-    final = {s: best(v, plan.lower_is_better) for s, v in values.items() if v}
     result = {
-        "values": {str(s): v for s, v in values.items()},
-        "best": {str(s): v for s, v in final.items()},
-        "spread": {str(s): round(spread(v, plan.lower_is_better), 4)
-                   for s, v in values.items() if v},
-        "confirmation": {str(s): first_batch[s] for s in failing},
-        "quiet_confirmations": {str(s): n for s, n in quiet.items()},
+        **measurements.as_dict(),
         **interference.job_summary(plan.contended_share),
+        "host_control": host_control.after_job(token, plan.contended_share,
+                                               bool(measurements.failing(limits))),
         **summary(launches),
         # The job's status: the first launch's, or 0 if it hung after complete results.
         "returncode": 0 if launches[0].hung_after_results else launches[0].returncode,

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fabreg.errors import FabregError
+from fabreg.run import host_control
 from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Measurements
 from fabreg.run.interference import (
     CONTENDED_SHARE,
@@ -98,13 +99,16 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     if launches[0].returncode == 0 or launches[0].hung_after_results:
         while len(launches) < plan.repeats:
             measurements.record(once())
-        measurements.confirm(plan.fail_limits, Confirmation.of(plan, token, workdir), once)
+        measurements.confirm(plan.fail_limits, Confirmation.of(plan, token, workdir),
+                             lambda _: once())
     interference = meter.stop()
     first = launches[0]
     result = {
         **measurements.as_dict(),
         **summary(launches),
         **interference.job_summary(plan.contended_share),
+        "host_control": host_control.after_job(token, plan.contended_share,
+                                               bool(measurements.failing(plan.fail_limits))),
         "returncode": 0 if first.hung_after_results else first.returncode,
     }
     (workdir / RESULT).write_text(json.dumps(result, indent=1) + "\n")

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fabreg.errors import FabregError
-from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Limit, beyond_limit
+from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Measurements
 from fabreg.run.interference import CONTENDED_SHARE, TOKEN_VARIABLE
 from fabreg.run.launch import JsonPlan, Launch, driver_main, run_once, summary
 from fabreg.run.parsers.probes import ProbeOutputError, TailLatencyResult, parse_tail_latency
@@ -176,27 +176,23 @@ def _confirm_quiet_figures(plan: Plan, workdir: Path, results: list[TailLatencyR
     Appends the confirmation runs to ``results`` and ``runs``; returns the failing figures'
     first best values and, per figure, the confirmation runs made on a quiet host.
     """
-    limits = {n: Limit(v, lower_is_better=True) for n, v in plan.fail_limits.items()
-              if n in QUIET_FIGURES}
+    limits = {n: v for n, v in plan.fail_limits.items() if n in QUIET_FIGURES}
     if plan.target is not None or not limits:
         return {}, {}
-    values = {n: [float(getattr(r.quiet, QUIET_FIGURES[n])) for r in results] for n in limits}
 
-    def still_failing(names: list[str]) -> list[str]:
-        return beyond_limit(values, limits, names)
+    def figures(result: TailLatencyResult) -> dict[str, float]:
+        return {n: float(getattr(result.quiet, QUIET_FIGURES[n])) for n in limits}
 
-    def again(names: list[str]) -> list[str]:
+    def again(_: list[str]) -> dict[str, float]:
         runs.append(f"tail_run{len(runs) + 1}.out")
         results.append(launch(runs[-1], options))
-        for n in values:
-            values[n].append(float(getattr(results[-1].quiet, QUIET_FIGURES[n])))
-        return list(names)
+        return figures(results[-1])
 
-    failing = still_failing(list(limits))
-    first = {n: min(values[n]) for n in failing}
-    quiet = Confirmation.of(plan, env[TOKEN_VARIABLE], workdir).confirm(
-        failing, again, still_failing)
-    return first, quiet
+    measurements = Measurements(dict.fromkeys(limits, True))
+    for result in results:
+        measurements.record(figures(result))
+    measurements.confirm(limits, Confirmation.of(plan, env[TOKEN_VARIABLE], workdir), again)
+    return measurements.first, measurements.quiet
 
 
 def run(plan: Plan, workdir: Path) -> dict[str, Any]:

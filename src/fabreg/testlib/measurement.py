@@ -14,11 +14,15 @@ failure limit is measured again (``fabreg.run.confirm``). The check judges the b
 - ``fail``: the failure reproduced on a quiet host: the test fails. The confirmation runs
   are spread over ``confirm_span`` seconds (a spell in which a virtual host runs slow as a
   whole ends within it), wait for a quiet host and are metered by themselves, so a failure
-  they confirm is a failure even when other work took the CPUs during the rest of the job.
+  they confirm is a failure even when other work took the CPUs during the rest of the job;
+- ``inconclusive`` too: the failure reproduced, but the host control measured right after
+  it (``fabreg.run.host_control``: a core-to-core round trip, a memory copy) lay beyond its
+  own failure limit in the host's baseline: the host itself ran slow, not the fabric.
 
 Logged per run: ``spread`` (how far the worst of a value's measurements lay from its best),
 ``interference`` (other work's CPU time), ``exclusive`` (did Slurm give the nodes to this
-job alone) and ``confirmation`` (the first value of each re-measured figure).
+job alone), ``confirmation`` (the first value of each re-measured figure) and
+``host_control`` (the control's figures).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from reframe.core.logging import getlogger
 
 from fabreg.run import measure
 from fabreg.run.confirm import CONFIRM_RUNS
+from fabreg.run.host_control import slow_host
 from fabreg.run.interference import (
     CONTENDED_SHARE,
     HARNESS_VARIABLE,
@@ -96,6 +101,12 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
     #: :type: ``dict``
     #: :default: ``{}``
     confirmation = variable(dict, value={}, loggable=True)
+    #: The host control measured at the end of the job (perflog: ``round_trip`` in us,
+    #: ``copy_bandwidth`` in GB/s; ``fabreg.run.host_control``).
+    #:
+    #: :type: ``dict``
+    #: :default: ``{}``
+    host_control = variable(dict, value={}, loggable=True)
 
     def measured(self) -> dict[str, Any] | None:
         """What the driver's JSON says, or None (no driver ran: one plain run, a dry run)."""
@@ -129,6 +140,7 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
                        for var in self.variables_of(key)}
         self.confirmation = {var: first for key, first in result["confirmation"].items()
                              for var in self.variables_of(key)}
+        self.host_control = dict(result.get("host_control", {}))
 
     def qualify(self, assessments: list[Assessment]) -> dict[str, tuple[str, str]]:
         result = self.measured()
@@ -136,21 +148,25 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
             return {}
         quiet = {var: int(n) for key, n in result.get("quiet_confirmations", {}).items()
                  for var in self.variables_of(key)}
+        slow = slow_host(result.get("host_control", {}), self.host_control_references())
         return confirmed_verdicts(assessments, result["interference"], bool(result["contended"]),
-                                  self.confirmation, quiet)
+                                  self.confirmation, quiet, slow)
 
 
 def confirmed_verdicts(assessments: list[Assessment], interference: dict[str, Any],
                        contended: bool, first: dict[str, float],
-                       quiet: dict[str, int]) -> dict[str, tuple[str, str]]:
+                       quiet: dict[str, int], slow_host: str = "") -> dict[str, tuple[str, str]]:
     """The band's verdicts qualified by how the values were measured (the module's table).
 
     ``first``: perf variable -> its first best value, for the values measured again because
-    they failed; ``quiet``: perf variable -> confirmation runs that measured it on a quiet host.
+    they failed; ``quiet``: perf variable -> confirmation runs that measured it on a quiet host;
+    ``slow_host``: why the host control says the host itself ran slow, or empty.
     """
     out = {}
     for a in assessments:
-        if a.verdict == "fail" and contended and quiet.get(a.name):
+        if a.verdict == "fail" and slow_host and (not contended or quiet.get(a.name)):
+            out[a.name] = ("inconclusive", slow_host)
+        elif a.verdict == "fail" and contended and quiet.get(a.name):
             # Every measurement failed, among them confirmation runs on a quiet host:
             # other work elsewhere in the job cannot have caused it.
             out[a.name] = ("fail", f"confirmed by {quiet[a.name]} run(s) on a quiet host "

@@ -33,6 +33,7 @@ from reframe.core.exceptions import PerformanceError, ReframeError
 from reframe.core.logging import getlogger
 
 from fabreg.errors import FabregError
+from fabreg.run import host_control
 from fabreg.run.references import (
     Assessment,
     Reference,
@@ -132,11 +133,24 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
         for path in self.reference_paths():
             load_table(path)
 
+    def reference_tables(self) -> list[ReferenceTable]:
+        """The tables of ``reference_paths`` that exist, first match first."""
+        return [t for t in map(load_table, self.reference_paths()) if t is not None]
+
     def references(self) -> dict[str, Reference | None]:
         """Perf variable -> its reference row (None without one); known from setup on."""
-        tables = [t for t in map(load_table, self.reference_paths()) if t is not None]
+        tables = self.reference_tables()
         return {var: next((r for t in tables if (r := t.lookup(**key))), None)
                 for var, (key, _) in self.reference_keys().items()}
+
+    def host_control_references(self) -> dict[str, Reference]:
+        """Host control figure -> its row in this host's baseline (``fabreg.run.host_control``;
+        ``fabreg references calibrate`` writes them), for the figures that have one."""
+        tables = self.reference_tables()
+        found = {name: next((r for t in tables
+                             if (r := t.lookup(benchmark=host_control.BENCHMARK, metric=name))),
+                            None) for name in host_control.FIGURES}
+        return {name: ref for name, ref in found.items() if ref}
 
     def failure_limits(self, names: Iterable[str]) -> dict[str, float]:
         """Perf variable -> its failure limit, for those of ``names`` with a reference: what
