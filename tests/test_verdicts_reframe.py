@@ -116,15 +116,21 @@ def test_a_failure_confirmed_on_a_quiet_host_fails_though_the_job_was_busy(tmp_p
     assert set(measured["quiet_confirmations"].values()) == {3}
 
 
+def _failing_on_a_quiet_host(tmp_path: Path, control_rows: str, confirm_runs: int,
+                             ) -> tuple[subprocess.CompletedProcess[str], str]:
+    """OsuBandwidth against UNREACHABLE plus ``control_rows``, contention not judged."""
+    checks = _checks(tmp_path)
+    (checks / "references" / "local.yaml").write_text(UNREACHABLE + control_rows)
+    proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL,
+                       "-S", "contended_share=1.0", "-S", f"confirm_runs={confirm_runs}",
+                       checks=checks, perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+    return proc, proc.stdout + proc.stderr
+
+
 def test_a_failure_that_reproduces_fails_with_both_measurements(tmp_path):
     # Contention is not judged here (share 1.0): the value is confirmed and fails; the host
     # control, measured after the confirmation, is within its baseline: the failure stands.
-    checks = _checks(tmp_path)
-    (checks / "references" / "local.yaml").write_text(UNREACHABLE + CONTROL_MET)
-    proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL,
-                       "-S", "contended_share=1.0", "-S", "confirm_runs=3",
-                       checks=checks, perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
-    out = proc.stdout + proc.stderr
+    proc, out = _failing_on_a_quiet_host(tmp_path, CONTROL_MET, confirm_runs=3)
     assert proc.returncode != 0, out[-4000:]
     assert "Failing phase: performance" in out
     row = _row(tmp_path / "perflogs")
@@ -144,12 +150,7 @@ def test_a_confirmed_failure_on_a_host_slower_than_its_control_is_inconclusive(t
     """The failure reproduces, but the host control measured right after it lies beyond its
     own limit (here a baseline no host meets; in the field a VM whose cores moved): the host
     ran slow, not the fabric. Inconclusive with the control's figure, never a regression."""
-    checks = _checks(tmp_path)
-    (checks / "references" / "local.yaml").write_text(UNREACHABLE + CONTROL_UNMET)
-    proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL,
-                       "-S", "contended_share=1.0", "-S", "confirm_runs=1",
-                       checks=checks, perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
-    out = proc.stdout + proc.stderr
+    proc, out = _failing_on_a_quiet_host(tmp_path, CONTROL_UNMET, confirm_runs=1)
     assert proc.returncode == 0, out[-4000:]
     assert "the host itself ran slow: core-to-core round trip" in out
     row = _row(tmp_path / "perflogs")
