@@ -38,7 +38,7 @@ from fabreg.review import suggest  # noqa: E402
 from fabreg.run import host_control  # noqa: E402
 from fabreg.run import transport as tx  # noqa: E402
 from fabreg.run.parsers.osu import parse_osu  # noqa: E402
-from fabreg.schema import lower_is_better  # noqa: E402
+from fabreg.schema import HOST_CONTROL_FIGURES, lower_is_better  # noqa: E402
 
 SIZES = (65536, 1048576)
 SLOW = 1.3  # an allreduce round this far above its lowest is in a slow mode
@@ -95,7 +95,7 @@ def main() -> int:
     print(f"{'figure':<16}{'lowest':>9}{'median':>9}{'highest':>9}{'limit':>9}"
           f"{'crossed (false masks)':>24}")
     bounds = {}
-    for name, unit in host_control.FIGURES.items():
+    for name, unit in HOST_CONTROL_FIGURES.items():
         lower = lower_is_better(name, unit)
         series = [getattr(c, name) for c in controls]
         _, limit = limits(series[:half], lower)

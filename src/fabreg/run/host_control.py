@@ -37,12 +37,7 @@ from typing import Any
 
 from fabreg.run.confirm import wait_for_quiet
 from fabreg.run.references import Reference
-from fabreg.schema import HOST_CONTROL_BENCHMARK, HOST_CONTROL_FIGURES
-
-#: The control's figures: name -> unit (a baseline row's ``metric`` and ``unit``; the
-#: row's ``benchmark`` is :data:`BENCHMARK`).
-FIGURES = HOST_CONTROL_FIGURES
-BENCHMARK = HOST_CONTROL_BENCHMARK
+from fabreg.schema import HOST_CONTROL_FIGURES
 
 #: Round trips per batch, and batches: short batches, so that some of them fall between
 #: other work's time slices on a busy host.
@@ -67,7 +62,8 @@ class HostControl:
     problem: str = ""
 
     def figures(self) -> dict[str, float]:
-        return {name: value for name in FIGURES if (value := getattr(self, name)) is not None}
+        return {name: value for name in HOST_CONTROL_FIGURES
+                if (value := getattr(self, name)) is not None}
 
     def as_dict(self) -> dict[str, float | str]:
         out: dict[str, float | str] = {k: round(v, 4) for k, v in self.figures().items()}

@@ -148,7 +148,7 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
             return {}
         quiet = {var: int(n) for key, n in result.get("quiet_confirmations", {}).items()
                  for var in self.variables_of(key)}
-        slow = slow_host(result.get("host_control", {}), self.host_control_references())
+        slow = slow_host(self.host_control, self.host_control_references())
         return confirmed_verdicts(assessments, result["interference"], bool(result["contended"]),
                                   self.confirmation, quiet, slow)
 

@@ -33,7 +33,6 @@ from reframe.core.exceptions import PerformanceError, ReframeError
 from reframe.core.logging import getlogger
 
 from fabreg.errors import FabregError
-from fabreg.run import host_control
 from fabreg.run.references import (
     Assessment,
     Reference,
@@ -43,6 +42,7 @@ from fabreg.run.references import (
     reference_file,
     summarize,
 )
+from fabreg.schema import HOST_CONTROL_BENCHMARK, HOST_CONTROL_FIGURES
 
 #: What a check's performance variable is looked up by, and whether a reference is required.
 ReferenceKeys = dict[str, tuple[dict[str, Any], bool]]
@@ -148,8 +148,8 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
         ``fabreg references calibrate`` writes them), for the figures that have one."""
         tables = self.reference_tables()
         found = {name: next((r for t in tables
-                             if (r := t.lookup(benchmark=host_control.BENCHMARK, metric=name))),
-                            None) for name in host_control.FIGURES}
+                             if (r := t.lookup(benchmark=HOST_CONTROL_BENCHMARK, metric=name))),
+                            None) for name in HOST_CONTROL_FIGURES}
         return {name: ref for name, ref in found.items() if ref}
 
     def failure_limits(self, names: Iterable[str]) -> dict[str, float]:
