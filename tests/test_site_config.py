@@ -110,6 +110,9 @@ def test_minicluster_environments_launch_inside_the_job(tmp_path):
         "--bind-to", "none", "--npernode", "{num_tasks_per_node}"]
     assert envs["mpich"]["extras"]["launcher"][1:3] == ["-ppn", "{num_tasks_per_node}"]
     assert envs["mpich"]["extras"]["launcher"][0].startswith("mpiexec")
+    # The emulated nodes share the machine's cores: a waiting rank must yield its core.
+    assert ["OMPI_MCA_mpi_yield_when_idle", "1"] in envs["openmpi"]["env_vars"]
+    assert ["OMPI_ALLOW_RUN_AS_ROOT", "1"] in envs["openmpi"]["env_vars"]
 
 
 def test_local_stays_the_default_with_a_cluster_recorded(tmp_path):

@@ -23,6 +23,16 @@ SYSTEM = "minicluster"
 #: What carries MPI traffic on the emulated cluster (names of fabreg.run.transport).
 TRANSPORTS = ("tcp", "tcp_ob1", "shm")
 
+#: MPI settings that make a waiting rank give its CPU away. Every emulated node shares the
+#: machine's few cores, so a 4-node job runs 4 ranks on 2 cores; a rank that busy-polls for
+#: a message holds a core the rank it waits for needs, and each step of a collective then
+#: waits for a scheduler time slice: a 1 KiB allreduce over 4 nodes took 4,200 us with
+#: Open MPI spinning and 51 us yielding (docs/cluster.md). A node of its own never notices:
+#: with nothing else runnable, the yield returns at once.
+YIELD_WHEN_IDLE: dict[str, dict[str, str]] = {
+    "openmpi": {"OMPI_MCA_mpi_yield_when_idle": "1"},
+}
+
 
 def selected(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None) -> bool:
     """Whether this ReFrame session runs on the minicluster (``--system minicluster``)."""
@@ -102,7 +112,8 @@ def environments(base: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     the other nodes with srun, MPICH's hydra ``mpiexec`` bootstraps through Slurm.
     OpenMPI also gets ``--bind-to none``: every emulated node reports the same
     cores, so binding would pile ranks of different "nodes" onto one core. Both place
-    ``num_tasks_per_node`` ranks per node explicitly (``--npernode`` / ``-ppn``).
+    ``num_tasks_per_node`` ranks per node explicitly (``--npernode`` / ``-ppn``), and their
+    ranks yield when idle (``YIELD_WHEN_IDLE``: the nodes share the machine's cores).
     Which transport carries the traffic is left to ``fabreg.run.transport``, told by the
     partition's ``tcp_interfaces`` / ``transports`` extras.
     """
@@ -118,5 +129,7 @@ def environments(base: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         elif launcher and mpi == "mpich":
             launcher[1:1] = ["-ppn", "{num_tasks_per_node}"]
         extras["launcher"] = launcher
+        new["env_vars"] = [*new.get("env_vars", []),
+                           *([k, v] for k, v in YIELD_WHEN_IDLE.get(mpi, {}).items())]
         adapted.append(new)
     return adapted
