@@ -1,6 +1,6 @@
 """The repeated-probe driver (``python -m fabreg.run.repeat_probe``) on the real matrix
-multiply probe with real MPI ranks: repeats, best-of, confirmation of a failing figure,
-a failed first run, bad plans."""
+multiply and streams probes with real MPI ranks: repeats, best-of, confirmation of a failing
+figure, a failed first run, a baseline launch before every run, bad plans."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from test_workload_probes import OMPI_ROOT, make_probe
 
 from fabreg.run import repeat_probe as rp
-from fabreg.run.parsers.probes import parse_matmul
+from fabreg.run.parsers.probes import parse_matmul, parse_streams
 
 FIGURES = {"total": True, "distribute": True, "compute": True, "gather": True,
            "comm_fraction": True, "gflops": False}
@@ -86,6 +86,58 @@ def test_a_failed_first_run_is_not_repeated_and_its_status_is_the_jobs(matmul, t
     assert proc.returncode != 0
     assert len(result["launches"]) == 1
     assert "verify=fail" in proc.stdout  # sanity names the wrong answer from the job's output
+
+
+@pytest.fixture(scope="module")
+def streams(tmp_path_factory):
+    if not shutil.which("mpicc.openmpi") or not shutil.which("mpirun.openmpi"):
+        pytest.skip("OpenMPI is not installed (mpicc.openmpi / mpirun.openmpi)")
+    return make_probe(tmp_path_factory.mktemp("streams-probe"), "fabreg_streams")
+
+
+def _drive_fanin(tmp_path, probe, **plan_fields):
+    """The fan-in (3 ranks, 2 -> 1) with one stream alone as the baseline of every run."""
+    mpirun = ["mpirun.openmpi", "--oversubscribe", "-np"]
+    plan = rp.Plan(command=[*mpirun, "3", str(probe)], options=["-p", "fanin", "-n", "300"],
+                   probe="fabreg_streams",
+                   figures={"rate_min": False, "loss_rate": True, "single_rate": False},
+                   baseline=[*mpirun, "2", str(probe), "-p", "pairs", "-n", "300"],
+                   baseline_figures={"rate_min": "single_rate"}, **plan_fields)
+    plan.save(tmp_path / rp.PLAN)
+    proc = subprocess.run([sys.executable, "-m", "fabreg.run.repeat_probe", rp.PLAN],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **OMPI_ROOT})
+    return proc, json.loads((tmp_path / rp.RESULT).read_text())
+
+
+@pytest.mark.slow
+def test_a_baseline_launch_runs_before_every_run_and_its_figure_is_a_best_of_its_own(
+        streams, tmp_path):
+    proc, result = _drive_fanin(tmp_path, streams, repeats=3)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(result["launches"]) == 3  # the baselines are not the job's runs
+    for run in (1, 2, 3):
+        base = parse_streams((tmp_path / rp.baseline_output(run)).read_text())
+        fanin = parse_streams((tmp_path / rp.run_output(run)).read_text())
+        assert base.placement == "pairs" and len(base.streams) == 1
+        assert fanin.placement == "fanin" and len(fanin.streams) == 2
+        assert result["values"]["single_rate"][run - 1] == base.min_rate_gbps
+        assert result["values"]["rate_min"][run - 1] == fanin.min_rate_gbps
+    assert result["best"]["single_rate"] == max(result["values"]["single_rate"])
+    # sanity reads the job's stdout: the first fan-in run, not a baseline
+    assert parse_streams(proc.stdout).placement == "fanin"
+
+
+@pytest.mark.slow
+def test_a_confirmation_of_a_fan_in_figure_runs_no_baseline(streams, tmp_path):
+    # No stream on this host reaches 1e6 Gbit/s: rate_min is confirmed until the runs are spent.
+    proc, result = _drive_fanin(tmp_path, streams, repeats=3, fail_limits={"rate_min": 1e6},
+                                confirm_runs=2, confirm_span_s=1.0, quiet_wait_s=3.0)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(result["launches"]) == 5 and len(result["values"]["rate_min"]) == 5
+    assert len(result["values"]["single_rate"]) == 3
+    assert sorted(p.name for p in tmp_path.glob("probe-run*-baseline.out")) == [
+        rp.baseline_output(run) for run in (1, 2, 3)]
 
 
 def test_an_unknown_probe_is_a_one_line_error(tmp_path):

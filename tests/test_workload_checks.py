@@ -189,6 +189,20 @@ def test_probe_checks_write_perflogs_with_references_and_counters(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not have("mpicc.openmpi"), reason="OpenMPI is not installed")
+def test_fan_in_fails_as_unfair_only_when_every_run_is_unfair(tmp_path):
+    # No fan-in is fairer than 1.0 (slowest = fastest): every run is "unfair" against 1.01.
+    proc = run_reframe("-r", "-p", "openmpi", "-n", "StreamsFanIn", "-S", "min_fairness=1.01",
+                       perflog_dir=tmp_path / "p", cwd=tmp_path)
+    out = _out(proc)
+    assert proc.returncode != 0
+    assert "unfair fan-in in every one of 3 run(s): the fairest had stream rates" in out, out
+    # Each run had its single-stream baseline launch, kept beside the fan-in's output.
+    kept = sorted(p.name for p in tmp_path.rglob("probe-run*-baseline.out"))
+    assert kept == [f"probe-run{i}-baseline.out" for i in (1, 2, 3)], kept
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not have("mpicc.mpich"), reason="MPICH is not installed")
 def test_matmul_check_fails_on_a_wrong_answer(tmp_path):
     proc = run_reframe("-r", "-p", "mpich", "-n", "Matmul%.*mode=blocking%matrix_size=512%ranks=2",

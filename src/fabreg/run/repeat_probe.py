@@ -7,7 +7,11 @@ driver instead of the probe: it launches the probe ``repeats`` times (each launc
 results kept), prints the first run's output on stdout (sanity reads it), judges each figure
 by its best run (interference only makes a time longer, a rate lower) and has a figure whose
 best still crosses its failure limit measured again, spread in time and on a quiet host
-(:mod:`fabreg.run.confirm`). Everything it learnt goes to ``repeat-probe.json``.
+(:mod:`fabreg.run.confirm`). A check whose figure is a ratio to another launch (the fan-in
+share: the slowest of k streams against one stream alone) names that launch as the plan's
+``baseline``: it runs before every run, its figures join the run's under their recorded
+names, and each side of the ratio is the best of its own runs. Everything it learnt goes to
+``repeat-probe.json``.
 """
 
 from __future__ import annotations
@@ -47,6 +51,11 @@ def run_output(run: int) -> str:
     return f"probe-run{run}.out"
 
 
+def baseline_output(run: int) -> str:
+    """The output file of the baseline launch before run ``run`` (1-based)."""
+    return f"probe-run{run}-baseline.out"
+
+
 @dataclass
 class Plan(JsonPlan):
     """What the job runs; written by the check, read by the driver in the job."""
@@ -68,6 +77,11 @@ class Plan(JsonPlan):
     confirm_span_s: float = 60.0
     #: Confirmation runs of a failing value at most.
     confirm_runs: int = CONFIRM_RUNS
+    #: A launch (command and options) run before every run, e.g. one stream alone before
+    #: the fan-in; empty: none.
+    baseline: list[str] = field(default_factory=list)
+    #: The baseline's figure -> the name it is recorded under (a key of ``figures``).
+    baseline_figures: dict[str, str] = field(default_factory=dict)
 
 
 def _complete(probe: str) -> Callable[[bytes], bool]:
@@ -85,22 +99,34 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     meter = JobMeter(token, workdir).start()
     measurements = Measurements(dict(plan.figures))
     launches: list[Launch] = []
+    read = READERS[plan.probe]
 
-    def once() -> dict[str, float]:
+    def figures_in(path: Path) -> dict[str, float]:
+        try:
+            return read(path.read_text(errors="replace"))
+        except FabregError:
+            return {}  # a run without a complete block adds nothing
+
+    def once(names: list[str] | None = None) -> dict[str, float]:
+        """One run (and its baseline, unless ``names`` need none of the baseline's figures)."""
+        figures: dict[str, float] = {}
+        wanted = names is None or bool(set(names) & set(plan.baseline_figures.values()))
+        if plan.baseline and wanted:
+            out = workdir / baseline_output(len(launches) + 1)
+            run_once(plan.baseline, [], out, _complete(plan.probe), plan.grace_s, env)
+            figures = {plan.baseline_figures[name]: value
+                       for name, value in figures_in(out).items()
+                       if name in plan.baseline_figures}
         out = workdir / run_output(len(launches) + 1)
         launches.append(run_once(plan.command, plan.options, out, _complete(plan.probe),
                                  plan.grace_s, env, echo=not launches))
-        try:
-            return READERS[plan.probe](out.read_text(errors="replace"))
-        except FabregError:
-            return {}  # a run without a complete block adds nothing
+        return {**figures, **figures_in(out)}
 
     measurements.record(once())
     if launches[0].returncode == 0 or launches[0].hung_after_results:
         while len(launches) < plan.repeats:
             measurements.record(once())
-        measurements.confirm(plan.fail_limits, Confirmation.of(plan, token, workdir),
-                             lambda _: once())
+        measurements.confirm(plan.fail_limits, Confirmation.of(plan, token, workdir), once)
     interference = meter.stop()
     first = launches[0]
     result = {

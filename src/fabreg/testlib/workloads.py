@@ -143,14 +143,22 @@ class RepeatedProbe(ConfirmedValues):
         """Perf variable -> its unit: the figures the driver reads and the check judges."""
         raise NotImplementedError
 
+    def baseline_launch(self) -> tuple[list[str], dict[str, str]]:
+        """A launch the driver runs before every run, for a figure that is a ratio to it:
+        (its command, its figure -> the name recorded); none by default."""
+        return [], {}
+
     @run_before("run", always_last=True)
     def run_through_repeat_driver(self) -> None:
         units = self.figure_units()
+        baseline, recorded = self.baseline_launch()
+        figures = {name: schema.lower_is_better(name) for name in units}
+        figures.update({kept: schema.lower_is_better(name) for name, kept in recorded.items()})
         repeat_probe.Plan(
             command=[*self.launcher_argv(), self.probe_path()],
-            options=list(self.executable_opts), probe=self.benchmark,
-            figures={name: schema.lower_is_better(name) for name in units},
-            fail_limits=self.failure_limits(units), **self.confirmation_settings(),
+            options=list(self.executable_opts), probe=self.benchmark, figures=figures,
+            fail_limits=self.failure_limits(units), baseline=baseline,
+            baseline_figures=recorded, **self.confirmation_settings(),
         ).save(Path(self.stagedir, repeat_probe.PLAN))
         self.env_vars[HARNESS_VARIABLE] = harness_identity()
         self.job.launcher = getlauncher("local")()
