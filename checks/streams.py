@@ -34,8 +34,9 @@ LAYOUTS = {
 }
 
 
-class StreamsBase(ProbeCheck):
-    """fabreg_streams: per-stream Gbit/s, received, missed, corrupted, loss rate."""
+class StreamsBase(RepeatedProbe, ProbeCheck):
+    """fabreg_streams: per-stream Gbit/s, received, missed, corrupted, loss rate, each
+    figure the best of the job's runs (``RepeatedProbe``)."""
 
     #: Message size, blocks in flight per stream, messages per stream.
     message_size = variable(int, value=64 * KB, loggable=True)
@@ -80,9 +81,12 @@ class StreamsBase(ProbeCheck):
                 for s in result.streams
                 if s.missed or s.corrupted or s.duplicate or s.received != self.count]
 
+    def figure_units(self) -> dict[str, str]:
+        return UNITS
+
     def run_results(self) -> list[StreamsResult]:
-        """Every run of the probe in the job (one by default)."""
-        return [self.result()]
+        """Every run of the probe in the job: each must lose and corrupt nothing."""
+        return [parse_streams(text) for text in self.run_outputs()]
 
     def problem_in_every_run(self, results: list[StreamsResult]) -> str:
         """A problem that fails the check only when every run shows it (a busy host can
@@ -104,17 +108,11 @@ class StreamsBase(ProbeCheck):
 
 
 @rfm.simple_test
-class Streams(RepeatedProbe, StreamsBase):
+class Streams(StreamsBase):
     """One pair, two pairs at once on one node; pairs across nodes."""
 
     layout = parameter(["pair", "pairs", "cross"])
     tags = {"workload", "streams"}
-
-    def figure_units(self) -> dict[str, str]:
-        return UNITS
-
-    def run_results(self) -> list[StreamsResult]:
-        return [parse_streams(text) for text in self.run_outputs()]
 
     def problems(self, result: StreamsResult) -> list[str]:
         problems = super().problems(result)
@@ -125,7 +123,7 @@ class Streams(RepeatedProbe, StreamsBase):
 
 
 @rfm.simple_test
-class StreamsFanIn(RepeatedProbe, StreamsBase):
+class StreamsFanIn(StreamsBase):
     """Two transmitters into one receiver: no loss, and each stream gets a fair share.
 
     Before each fan-in run, one stream runs alone between two of the job's ranks (the
@@ -151,9 +149,6 @@ class StreamsFanIn(RepeatedProbe, StreamsBase):
     @run_after("setup")
     def add_fanin_option(self) -> None:
         self.executable_opts += ["-k", str(self.fanin)]
-
-    def figure_units(self) -> dict[str, str]:
-        return UNITS
 
     def baseline_launch(self) -> tuple[list[str], dict[str, str]]:
         command = [*launcher_argv(self, 2), self.probe_path(), *self.probe_options("pairs")]
