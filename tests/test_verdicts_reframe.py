@@ -116,6 +116,23 @@ def test_a_failure_confirmed_on_a_quiet_host_fails_though_the_job_was_busy(tmp_p
     assert set(measured["quiet_confirmations"].values()) == {3}
 
 
+def test_values_measured_fewer_times_than_asked_say_why(tmp_path):
+    # A repeat budget the whole-curve run alone spends: each size is measured once, and
+    # the run says so instead of judging one value as if it were the best of three.
+    checks = _checks(tmp_path)
+    (checks / "references" / "local.yaml").write_text(
+        UNREACHABLE.replace("value: 1000000000", "value: 1"))
+    proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL,
+                       "-S", "repeat_budget=0.00001", checks=checks,
+                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "some sizes measured 1 of 3 times: the repeat budget (0 s) was spent" in out, out
+    measured = json.loads(next((tmp_path / "output").rglob("measure.json")).read_text())
+    assert [len(v) for v in measured["values"].values()] == [1, 1, 1]
+    assert len(measured["launches"]) == 1
+
+
 def _failing_on_a_quiet_host(tmp_path: Path, control_rows: str, confirm_runs: int,
                              ) -> tuple[subprocess.CompletedProcess[str], str]:
     """OsuBandwidth against UNREACHABLE plus ``control_rows``, contention not judged."""

@@ -243,3 +243,18 @@ class RepeatedMeasurement(ConfirmedValues):
             getlogger().warning(
                 f"{self.display_name}: the benchmark printed complete results and then hung; "
                 f"ended after {self.hang_grace:g} s, its values are judged")
+
+    @run_before("performance")
+    def warn_of_few_measurements(self) -> None:
+        """Say so when the time budget ended the repeats before every size had ``repeats``
+        values: the best of fewer is judged (a failing one is still confirmed)."""
+        result = self.measured()
+        if result is None or not result["launches"]:
+            return
+        fewest = min((len(v) for v in result["values"].values()), default=0)
+        if 0 < fewest < self.repeats:
+            first = float(result["launches"][0]["seconds"])
+            getlogger().warning(
+                f"{self.display_name}: some sizes measured {fewest} of {self.repeats} times: "
+                f"the repeat budget ({self.budget_seconds():.0f} s) was spent, the whole-curve "
+                f"run alone took {first:.0f} s; the best of those is judged")
