@@ -210,6 +210,20 @@ WORKLOAD_CASES = ("UcxPerftestLatency%nodes=2%ucx_test=tag_lat%transport=tcp%buf
                   "Matmul%transport=tcp%nodes=2%mode=nonblocking%matrix_size=512%ranks=2")
 
 
+def test_more_ranks_on_a_node_than_its_cpus_run_overcommitted(cluster, tmp_path):
+    """4 ranks on one emulated node that declares 2 CPUs: the partition says its nodes share
+    the machine's cores (``oversubscribe``), so the job asks Slurm to overcommit instead of
+    being refused by sbatch ("CPU count per node can not be satisfied")."""
+    proc = cluster.reframe(tmp_path, "-n", "Matmul%transport=shm%nodes=1%mode=blocking"
+                           "%matrix_size=512%ranks=4", "-p", "openmpi", "-S", "time_limit=3m")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    (row,) = _rows(tmp_path / "perflogs" / "minicluster" / "compute" / "Matmul.log")
+    assert row["result"] == "pass" and row["ranks"] == "4" and row["nodes"] == "1", row
+    (script,) = list((tmp_path / "output").rglob("Matmul_*/rfm_job.sh"))
+    assert "#SBATCH --overcommit" in script.read_text()
+
+
 def test_workload_checks_run_across_two_nodes(cluster, tmp_path):
     """ucx_perftest and streams between nodes, tail latency with the background on the same
     links, and the distributed matmul, through Slurm on both namespaces, judged against the

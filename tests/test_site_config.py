@@ -87,6 +87,8 @@ def test_minicluster_partition_follows_the_recorded_node_count(tmp_path):
     assert part["scheduler"] == "squeue"
     assert part["extras"]["max_nodes"] == 3
     assert part["extras"]["tcp_interfaces"] == ["fab0"]
+    # The CPUs each slurmd declares, and that more ranks than that on a node is intended.
+    assert part["processor"]["num_cpus"] == 2 and part["extras"]["oversubscribe"] is True
 
 
 def test_minicluster_node_variants_follow_the_cluster(tmp_path):

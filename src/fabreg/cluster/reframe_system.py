@@ -92,8 +92,13 @@ def system(environs: Sequence[str], paths: Paths | None = None) -> dict[str, Any
             "transports": list(TRANSPORTS),
             # All nodes share this one machine: its baseline, not another machine's.
             "references_by_host": True,
+            # ... and its cores: more ranks on a node than it has CPUs is intended here.
+            "oversubscribe": True,
         },
     )
+    # What each node's slurmd declares (CPUs=): a check with more ranks per node asks Slurm
+    # to overcommit (fabreg.testlib.workloads.ProbeCheck).
+    partition["processor"] = {"num_cpus": layout.cpus_per_node if layout else 1}
     return {
         "name": SYSTEM,
         "descr": descr,

@@ -124,9 +124,22 @@ class ProbeCheck(MpiCheck):
 
     @run_after("setup")
     def allow_oversubscription(self) -> None:
-        """More ranks than cores on a local host is intended here (2-core CI machines)."""
-        if (self.is_local() and self.mpi == "openmpi" and self.num_tasks > (os.cpu_count() or 1)
-                and "--oversubscribe" not in self.launch_options):
+        """More ranks on a node than it has CPUs: intended on a local host (2-core CI
+        machines) and on a partition that says so (``extras['oversubscribe']``: the emulated
+        cluster, whose nodes share the machine's cores), where Slurm is told to overcommit;
+        on another partition whose nodes declare fewer CPUs (``processor.num_cpus``) the
+        case is skipped with why, not failed by ``sbatch``."""
+        part = self.current_partition
+        cpus = (os.cpu_count() or 1) if self.is_local() else part.processor.num_cpus
+        per_node = self.num_tasks_per_node or self.num_tasks
+        if not cpus or per_node <= cpus:
+            return
+        if not self.is_local():
+            self.skip_if(not part.extras.get("oversubscribe"),
+                         f"{per_node} ranks per node need {per_node} CPUs; the nodes of "
+                         f"{part.fullname} have {cpus} (processor.num_cpus)")
+            self.job.options = [*self.job.options, "--overcommit"]
+        if self.mpi == "openmpi" and "--oversubscribe" not in self.launch_options:
             self.launch_options = [*self.launch_options, "--oversubscribe"]
 
     @run_before("run")
