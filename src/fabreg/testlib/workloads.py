@@ -138,7 +138,12 @@ class ProbeCheck(MpiCheck):
             self.skip_if(not part.extras.get("oversubscribe"),
                          f"{per_node} ranks per node need {per_node} CPUs; the nodes of "
                          f"{part.fullname} have {cpus} (processor.num_cpus)")
+            # Slurm overcommits a job only without --ntasks-per-node: one node, all its tasks.
+            self.skip_if(self.num_nodes > 1,
+                         f"{per_node} ranks per node on {self.num_nodes} nodes of {cpus} CPUs: "
+                         "Slurm overcommits only a one-node job")
             self.job.options = [*self.job.options, "--overcommit"]
+            self.num_tasks_per_node = None
         if self.mpi == "openmpi" and "--oversubscribe" not in self.launch_options:
             self.launch_options = [*self.launch_options, "--oversubscribe"]
 
