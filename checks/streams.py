@@ -154,9 +154,6 @@ class StreamsFanIn(StreamsBase):
         command = [*launcher_argv(self, 2), self.probe_path(), *self.probe_options("pairs")]
         return command, {"rate_min": SINGLE_RATE}
 
-    def run_results(self) -> list[StreamsResult]:
-        return [parse_streams(text) for text in self.run_outputs()]
-
     def references_wanted(self) -> dict[str, tuple[str, int | None, bool]]:
         return {**super().references_wanted(),
                 "fanin_share": ("fanin_share", self.message_size, True)}
