@@ -167,8 +167,10 @@ class TailLatency(MeteredJob, ProbeCheck):
         ] + (["-I"] if self.loaded() and self.nodes > 1 else [])
 
     def reference_benchmark(self) -> str:
-        # One baseline per environment: the same collective is another figure under load.
-        return f"{self.benchmark}_{self.collective}_{self.environment}"
+        # One baseline per algorithm and environment: the same collective is another figure
+        # under load, and each algorithm its own (one row for all of them once pooled three
+        # algorithms' tails, its band drawn from whichever ran worst).
+        return f"{self.benchmark}_{self.collective}_{self.algorithm}_{self.environment}"
 
     def references_wanted(self) -> dict[str, tuple[str, int | None, bool]]:
         # Under load the job chose the background that reaches the target, so the loaded

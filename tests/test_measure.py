@@ -175,6 +175,35 @@ def test_the_meter_counts_short_lived_marked_processes_through_their_parent(tmp_
     assert figure.own_cpu_s >= 1.0, figure  # 8 x 0.15 s, plus the interpreters' start-up
 
 
+def test_a_command_that_ends_between_samples_is_counted_through_the_job_script(tmp_path):
+    """The job script exports the token (so its own environ lacks it) and waits for each
+    command; a marked command that lives and ends between two samples (an MPICH job's last
+    launch, just before the meter stops) is counted through it, not read as other work."""
+    token = "t" + str(os.getpid())
+    burn = f"{sys.executable} -c 'import time\nwhile time.process_time() < 0.6: pass'"
+    script = tmp_path / "job.sh"
+    done = tmp_path / "done"
+    script.write_text(f"sleep 0.5\nexport {TOKEN_VARIABLE}={token}\n{burn}\ntouch {done}\n"
+                      "sleep 60\n")
+    job = subprocess.Popen(["bash", str(script)])
+    try:
+        # one sample at the start and one at the end: the command is never seen itself. (The
+        # sampler is the job script's child; here the script is ours, which a meter counts
+        # when it reaps it: own_pid=1 meters as from beside it.)
+        counted = InterferenceMeter(token, interval=60, own_pid=1, job_script=job.pid).start()
+        blind = InterferenceMeter(token, interval=60, own_pid=1).start()
+        deadline = time.monotonic() + 50
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert done.exists(), "the command did not end"
+        with_script, without = counted.stop(), blind.stop()
+    finally:
+        job.kill()
+        job.wait()
+    assert with_script.own_cpu_s >= 0.55, with_script
+    assert without.own_cpu_s < 0.1, without  # what the job script's meter read before
+
+
 def test_a_launcher_and_its_ranks_ending_together_are_counted_once(tmp_path):
     """Ranks and their launcher end in one sampling interval; the driver above waits for the
     launcher and its children's ticks hold them all: counted there, not twice."""
@@ -272,3 +301,35 @@ def test_a_job_on_several_nodes_is_judged_by_its_worst_node():
     assert one == quiet and not JobInterference({"node1": quiet}).contended(0.1)
     missing = JobInterference({"node1": quiet}, "1 of 2 nodes metered (no srun)")
     assert missing.as_dict()["problem"] == "1 of 2 nodes metered (no srun)"
+
+
+def test_a_pilot_cuts_the_iterations_of_a_curve_that_would_outrun_its_time(osu_latency,
+                                                                         tmp_path):
+    # osu_latency's own counts (10,000 iterations per size up to 8 KiB) cannot fit 20 ms
+    # for 11 sizes: the pilot costs the curve and every run of the job uses a count that does
+    counted = plan(osu_latency, full_options=["-m", "1:1024"],
+                   repeat_options=["-m", "{low}:{high}"],
+                   iteration_kind="latency", curve_s=0.02)
+    result = measure.measure(counted, tmp_path)
+    costed = result["pilot"]
+    assert costed["returncode"] == 0 and (tmp_path / "measure-pilot.out").is_file()
+    n, w = costed["iterations"], costed["warmup"]
+    assert 10 <= n < 10000 and w == max(2, round(n / 10))
+    assert costed["default_s"] > 0.02 >= costed["estimated_s"] * 0.999 or n == 10
+    assert costed["options"] == ["-i", str(n), "-x", str(w)]
+    assert all(x["options"][-4:] == costed["options"] for x in result["launches"])
+    assert [len(result["values"][s]) for s in ("8", "1024")] == [3, 3]
+
+
+def test_a_curve_that_fits_its_time_keeps_the_benchmarks_own_counts(osu_latency, tmp_path):
+    counted = plan(osu_latency, full_options=["-m", "1:1024"],
+                   repeat_options=["-m", "{low}:{high}"],
+                   iteration_kind="latency", curve_s=60)
+    result = measure.measure(counted, tmp_path)
+    assert result["pilot"]["iterations"] is None and result["pilot"]["options"] == []
+    assert result["launches"][0]["options"] == ["-m", "1:1024"]
+
+
+def test_without_a_pilot_nothing_is_costed(osu_latency, tmp_path):
+    result = measure.measure(plan(osu_latency, repeats=1), tmp_path)
+    assert result["pilot"] is None and not (tmp_path / "measure-pilot.out").exists()

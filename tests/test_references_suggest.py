@@ -299,6 +299,8 @@ def test_a_baseline_leaves_out_values_measured_under_interference(tmp_path, caps
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "left out 2 value(s) measured under interference" in out
+    # 6 runs within 50 s saw one of the host's modes at most, and the user is told so
+    assert "warning: the baseline rests on 6 run(s) within 1 min" in err
     (row,) = yaml.safe_load((checks / "references" / "minicluster" / "testhost.yaml")
                             .read_text())["references"]
     assert row["value"] == pytest.approx(statistics.median(quiet), rel=0.01)
@@ -365,3 +367,18 @@ def test_host_control_values_are_one_per_run_and_figure():
         ("a", "host_round_trip", 0.3, "us"), ("a", "host_copy_bandwidth", 40.0, "GB/s")]
     assert json.loads(got[0].attrs["ref_keys"]) == {
         "host_round_trip": {"benchmark": "host_control", "metric": "round_trip"}}
+
+
+def test_a_baseline_spanning_hours_gets_no_warning_of_a_short_span(tmp_path, capsys):
+    db = tmp_path / "fabreg.db"
+    checks = tmp_path / "checks"
+    (checks / "references").mkdir(parents=True)
+    with Store(db) as store:
+        for i, value in enumerate([2200.0, 2250.0, 2150.0]):
+            add_run(store, 1000 + i * 1800, {"bandwidth_1MB": (value, "MB/s")},
+                    {"bandwidth_1MB": BW1M}, extra={"host_key": "testhost"})
+    code = main(["references", "calibrate", "--db", str(db), "--system", "local",
+                 "--checks", str(checks), "--host-key", "testhost"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "wrote" in out and "rests on" not in err

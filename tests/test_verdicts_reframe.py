@@ -47,9 +47,24 @@ def _checks(tmp_path: Path) -> Path:
     return checks
 
 
+def _rows(perflogs: Path, test: str) -> list[dict[str, str]]:
+    header, *lines = (perflogs / "local" / "default" / f"{test}.log").read_text().splitlines()
+    return [dict(zip(header.split("|"), line.split("|"))) for line in lines]
+
+
 def _row(perflogs: Path) -> dict[str, str]:
-    lines = (perflogs / "local" / "default" / "OsuBandwidth.log").read_text().splitlines()
-    return dict(zip(lines[0].split("|"), lines[-1].split("|")))
+    return _rows(perflogs, "OsuBandwidth")[-1]
+
+
+def _tail_latency(tmp_path: Path, cases: str, iterations: int) -> tuple[str, list[dict[str, str]]]:
+    """Run the ``TailLatency`` cases matching ``cases`` (Open MPI, short runs): the run
+    output and the perflog rows."""
+    proc = run_reframe("-r", "-p", "openmpi", "-n", f"TailLatency%.*{cases}",
+                       "-S", f"TailLatency.iterations={iterations}", "-S", "TailLatency.blocks=4",
+                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    return out, _rows(tmp_path / "perflogs", "TailLatency")
 
 
 @contextlib.contextmanager
@@ -133,6 +148,22 @@ def test_values_measured_fewer_times_than_asked_say_why(tmp_path):
     assert len(measured["launches"]) == 1
 
 
+def test_a_curve_that_would_outrun_its_time_runs_fewer_iterations_and_says_so(tmp_path):
+    # osu_latency's own 10,000 iterations per size cannot fit 50 ms: the pilot costs the
+    # curve, every run of the job uses the count that fits, and the run output says so
+    checks = _checks(tmp_path)
+    proc = run_reframe("-r", "-n", "OsuLatency", "-p", "openmpi", "-S", "curve_seconds=0.05",
+                       checks=checks, perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    measured = json.loads(next((tmp_path / "output").rglob("measure.json")).read_text())
+    costed = measured["pilot"]
+    assert costed["default_s"] > 0.05 and 10 <= costed["iterations"] < 10000
+    assert (f"{costed['iterations']} iterations per size (warm-up {costed['warmup']}): OSU's "
+            f"own counts would take") in out
+    assert all(x["options"][-4:] == costed["options"] for x in measured["launches"])
+
+
 def _failing_on_a_quiet_host(tmp_path: Path, control_rows: str, confirm_runs: int,
                              ) -> tuple[subprocess.CompletedProcess[str], str]:
     """OsuBandwidth against UNREACHABLE plus ``control_rows``, contention not judged."""
@@ -183,14 +214,14 @@ def test_a_new_host_is_missing_until_calibrated_then_judged_by_its_baseline(tmp_
     shutil.copy(REPO / "checks" / "osu.py", checks)
     shutil.copytree(REPO / "checks" / "references", checks / "references")
     latency = ["-n", "OsuLatency", "-p", "openmpi", "-S", "OsuLatency.iterations=2000"]
-    first = run_reframe("-r", *latency, "--repeat", "3", checks=checks,
+    first = run_reframe("-r", *latency, "--repeat", "5", checks=checks,
                         perflog_dir=tmp_path / "p1", cwd=tmp_path)
     out = first.stdout + first.stderr
     assert first.returncode == 0, out[-4000:]
     assert "fabreg references calibrate --system local" in out  # the WARNING says how
     lines = (tmp_path / "p1" / "local" / "default" / "OsuLatency.log").read_text().splitlines()
     rows = [dict(zip(lines[0].split("|"), line.split("|"))) for line in lines[1:]]
-    assert len(rows) == 3 and {r["ref_status"] for r in rows} == {"missing"}
+    assert len(rows) == 5 and {r["ref_status"] for r in rows} == {"missing"}
     assert {r["host_key"] for r in rows} == {host_key()}
 
     db = tmp_path / "fabreg.db"
@@ -220,14 +251,8 @@ def test_tail_latency_on_a_busy_host_is_inconclusive_never_a_sanity_failure(tmp_
     """Four CPU hogs on two cores raise the quiet tail as much as the background does: the
     check cannot judge the background's effect, says so, and does not fail."""
     with cpu_hogs(4):
-        proc = run_reframe("-r", "-p", "openmpi", "-n",
-                           "TailLatency%.*case=alltoall:default%environment=high_tail",
-                           "-S", "TailLatency.iterations=200", "-S", "TailLatency.blocks=4",
-                           perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    lines = (tmp_path / "perflogs" / "local" / "default" / "TailLatency.log").read_text()
-    row = dict(zip(lines.splitlines()[0].split("|"), lines.splitlines()[-1].split("|")))
+        out, rows = _tail_latency(tmp_path, "case=alltoall:default%environment=high_tail", 200)
+    row = rows[-1]
     assert json.loads(row["interference"])["other_share"] > 0.1, row["interference"]
     # Whether the environment was reached anyway is up to the scheduler; if it was not, the
     # check says why, with the figures, and passes.
@@ -235,6 +260,21 @@ def test_tail_latency_on_a_busy_host_is_inconclusive_never_a_sanity_failure(tmp_
         assert row["tail_verdict"].startswith("inconclusive: p99/p50 "), row["tail_verdict"]
         assert "other work took" in row["tail_verdict"]
         assert row["tail_verdict"] in out
+
+
+def test_each_tail_latency_algorithm_has_its_own_reference_row_and_its_job_is_its_own(
+        tmp_path):
+    """Two allreduce algorithms in the quiet environment: each looks up a row of its own (one
+    row once pooled every algorithm's tail), and the short job's metered CPU time is its own,
+    the job script included (it was read as 13-38 % other work on a quiet host)."""
+    _, rows = _tail_latency(
+        tmp_path, "case=allreduce:(ring|recursive_doubling)%environment=quiet", 300)
+    benchmarks = {json.loads(r["ref_keys"])["p99"]["benchmark"] for r in rows}
+    assert benchmarks == {"fabreg_tail_latency_allreduce_ring_quiet",
+                          "fabreg_tail_latency_allreduce_recursive_doubling_quiet"}
+    for r in rows:
+        figure = json.loads(r["interference"])
+        assert figure["own_cpu_s"] > 0.5 * figure["busy_cpu_s"], figure
 
 
 @pytest.mark.skipif(not shutil.which("ucx_perftest"), reason="ucx_perftest is not installed")

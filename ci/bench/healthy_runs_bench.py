@@ -21,29 +21,33 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 REFRAME = Path(sys.executable).parent / "reframe"
 
 
+def perflog_rows(perflogs: Path) -> Iterator[dict[str, str]]:
+    """Every line of the perflogs under ``perflogs``, as column -> text (our '|' format)."""
+    for log in sorted(perflogs.rglob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        header = lines[0].split("|") if lines else []
+        for line in lines[1:]:
+            yield dict(zip(header, line.split("|")))
+
+
 def perflog_verdicts(perflogs: Path) -> Counter[str]:
     """Each logged value's verdict, counted over every perflog line of the session."""
     counts: Counter[str] = Counter()
-    for log in perflogs.rglob("*.log"):
-        lines = log.read_text(errors="replace").splitlines()
-        if len(lines) < 2:
+    for row in perflog_rows(perflogs):
+        try:
+            verdicts = json.loads(row.get("verdicts") or "{}")
+        except ValueError:
             continue
-        header = lines[0].split("|")
-        for line in lines[1:]:
-            row = dict(zip(header, line.split("|")))
-            try:
-                verdicts = json.loads(row.get("verdicts") or "{}")
-            except ValueError:
-                continue
-            counts.update(str(v) for v in verdicts.values())
-            if str(row.get("tail_verdict", "")).startswith("inconclusive"):
-                counts["inconclusive (tail environment)"] += 1
+        counts.update(str(v) for v in verdicts.values())
+        if str(row.get("tail_verdict", "")).startswith("inconclusive"):
+            counts["inconclusive (tail environment)"] += 1
     return counts
 
 

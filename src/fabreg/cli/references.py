@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "(perflog column ref_keys) and print a reference file: value = median, "
                     "warn/fail = the given floors or a multiple of the worse-side run-to-run "
                     "spread where that is wider. Run 'fabreg ingest' first.")
-    _add_run_selection(s, suggest.DEFAULT_WARN, suggest.DEFAULT_FAIL)
+    _add_run_selection(s, suggest.DEFAULT_WARN, suggest.DEFAULT_FAIL, suggest.DEFAULT_MIN_RUNS)
     s.add_argument("--out", metavar="FILE", help="write the file here instead of stdout")
     s.add_argument("--force", action="store_true", help="let --out overwrite FILE")
     s.set_defaults(func=run_suggest)
@@ -39,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "interference: the baseline a system that keys its references by host "
                     "(local, minicluster) judges this host by. Run the checks a few times and "
                     "'fabreg ingest' first (docs/references.md, 'Baselines per host').")
-    _add_run_selection(c, suggest.BASELINE_WARN, suggest.BASELINE_FAIL)
+    _add_run_selection(c, suggest.BASELINE_WARN, suggest.BASELINE_FAIL,
+                       suggest.BASELINE_MIN_RUNS)
     c.add_argument("--host-key", metavar="KEY",
                    help="whose runs (default: this host's, $FABREG_HOST_KEY or CPU model "
                         "and count)")
@@ -49,14 +50,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.set_defaults(func=run_calibrate)
 
 
-def _add_run_selection(p: argparse.ArgumentParser, warn: float, fail: float) -> None:
+def _add_run_selection(p: argparse.ArgumentParser, warn: float, fail: float,
+                       min_runs: int) -> None:
     """The options suggest and calibrate share: which runs, how many, the smallest bands."""
     add_db_argument(p)
     p.add_argument("--system", required=True, metavar="NAME",
                    help="the ReFrame system whose runs to use (e.g. local, minicluster)")
     p.add_argument("--since", metavar="TIME",
                    help="only runs at or after TIME (ISO 8601), e.g. after a fabric change")
-    p.add_argument("--min-runs", type=int, default=suggest.DEFAULT_MIN_RUNS, metavar="N",
+    p.add_argument("--min-runs", type=int, default=min_runs, metavar="N",
                    help="keys with fewer values become a comment, not a row "
                         "(default %(default)s)")
     p.add_argument("--warn", type=float, default=warn, metavar="F",
@@ -137,4 +139,6 @@ def run_suggest(args: argparse.Namespace, select=None, host: str = "") -> int:
     except OSError as err:
         raise FabregError(f"cannot write {out}: {err.strerror or err}") from None
     print(f"wrote {out}: {len(rows)} reference row(s), {len(skipped)} key(s) without a row")
+    if host and (why := suggest.short_span(grouped)):
+        print(f"warning: {why}", file=sys.stderr)
     return 0

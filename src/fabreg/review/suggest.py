@@ -60,6 +60,14 @@ WORST_FAIL = 1.5
 #: (a link at half speed), so a lucky quiet calibration cannot make healthy runs fail.
 BASELINE_WARN = 0.10
 BASELINE_FAIL = 0.25
+#: A baseline whose runs span less than this (seconds) saw one of a host's modes at most: on
+#: the 2-core VM a baseline from 3 sessions within 11 minutes failed 1 of 4 later healthy
+#: sessions, one from 8 sessions over 55 minutes none of 10 (docs/references.md).
+BASELINE_SPAN_S = 3600.0
+#: A host baseline's row needs this many runs: its band comes from the worst of them, and a
+#: row drawn from 3 runs (the other 14 of 17 sessions measured under interference) failed a
+#: healthy session on its 4th run (docs/references.md, session 11).
+BASELINE_MIN_RUNS = 5
 DEFAULT_WARN = 0.05
 DEFAULT_FAIL = 0.15
 DEFAULT_MIN_RUNS = 3
@@ -262,6 +270,17 @@ def baseline_tolerances(worst: float, lower_better: bool, warn_floor: float,
     fail = max(fail_floor, min(cap, ceil_significant(WORST_FAIL * worst, TOLERANCE_DIGITS)),
                warn)
     return warn, fail
+
+
+def short_span(grouped: Grouped) -> str:
+    """Why a baseline drawn from ``grouped`` may be too narrow for the host, or ``""``."""
+    span = grouped.last - grouped.first
+    if span >= BASELINE_SPAN_S:
+        return ""
+    return (f"the baseline rests on {grouped.runs} run(s) within {span / 60:.0f} min: a host "
+            f"has slow modes that last minutes to an hour, and a baseline taken in one fails "
+            f"healthy runs in the next; run the suite again over at least "
+            f"{BASELINE_SPAN_S / 3600:g} h, ingest, and calibrate again with --force")
 
 
 def round_significant(x: float, digits: int = VALUE_DIGITS) -> float:

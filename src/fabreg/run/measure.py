@@ -17,6 +17,10 @@ of the benchmark; it:
 5. ends a launch that printed its complete table but does not exit (MPICH 4.0 with UCX
    1.13 hangs in ``MPI_Finalize`` over TCP) after a grace period, keeping its values.
 
+Before all that, where the plan asks for it, a *pilot* run with a handful of iterations
+costs the curve (:mod:`fabreg.run.iteration_budget`): if OSU's own iteration counts would
+make it longer than ``curve_s``, every later run of the job uses the count that fits.
+
 Everything it learnt goes to ``measure.json`` beside the benchmark's outputs.
 """
 
@@ -38,6 +42,12 @@ from fabreg.run.interference import (
     CONTENDED_SHARE,
     TOKEN_VARIABLE,
     JobMeter,
+)
+from fabreg.run.iteration_budget import (
+    PILOT_ITERATIONS,
+    PILOT_WARMUP,
+    iteration_costs,
+    iterations_within,
 )
 from fabreg.run.launch import Completion, JsonPlan, Launch, driver_main, run_once, summary
 from fabreg.run.parsers.osu import parse_osu
@@ -76,6 +86,11 @@ class Plan(JsonPlan):
     confirm_span_s: float = 60.0
     #: Confirmation runs of a failing value at most.
     confirm_runs: int = CONFIRM_RUNS
+    #: Whose iteration defaults the benchmark has (``fabreg.run.iteration_budget``); empty:
+    #: no pilot.
+    iteration_kind: str = ""
+    #: Seconds the whole-curve run may take; 0: OSU's iteration counts, however long.
+    curve_s: float = 0.0
 
     @classmethod
     def decoded(cls, data: dict[str, Any]) -> dict[str, Any]:
@@ -105,6 +120,35 @@ def _values(path: Path, sizes: list[int], column: str | None) -> dict[int, float
     return out
 
 
+def pilot(plan: Plan, workdir: Path, env: dict[str, str]) -> dict[str, Any] | None:
+    """Cost the curve with a short run of the whole-curve options (validation included: it
+    costs most); None when the plan asks for no pilot.
+
+    A pilot that prints no usable table leaves OSU's counts: the whole-curve run that
+    follows is what reports the benchmark's problem.
+    """
+    if not (plan.iteration_kind and plan.curve_s > 0):
+        return None
+    options = [*plan.full_options, "-i", str(PILOT_ITERATIONS), "-x", str(PILOT_WARMUP)]
+    out = workdir / "measure-pilot.out"
+    printed_at: dict[int, float] = {}
+    complete = table_complete(plan.full_sizes)
+
+    def stamp(line: bytes) -> bool:
+        if m := _ROW.match(line):
+            printed_at.setdefault(int(m.group(1)), time.monotonic())
+        return complete(line)
+
+    done = run_once(plan.command, options, out, stamp, plan.grace_s, env)
+    times = _values(out, plan.full_sizes, plan.column)
+    found: dict[str, Any] = {"seconds": round(done.seconds, 3), "returncode": done.returncode}
+    if times and (not done.returncode or done.hung_after_results):
+        costs = iteration_costs(times, printed_at, PILOT_ITERATIONS + PILOT_WARMUP)
+        budget = iterations_within(costs, plan.iteration_kind, plan.curve_s)
+        found.update(budget.as_dict(), options=budget.options())
+    return found
+
+
 def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     """Run the plan in ``workdir``; return (and write) what ``measure.json`` holds."""
     token = uuid.uuid4().hex
@@ -114,6 +158,8 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     launches: list[Launch] = []
     # Figures are keyed by message size, as text (the result file's keys).
     measurements = Measurements(dict.fromkeys(map(str, plan.sizes), plan.lower_is_better))
+    costed = pilot(plan, workdir, env)
+    counts = list(costed.get("options", [])) if costed else []
 
     def launch(options: list[str], sizes: list[int], echo: bool = False) -> dict[str, float]:
         out = workdir / f"measure-{len(launches)}.out"
@@ -125,13 +171,13 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     def repeat(names: list[str]) -> dict[str, float]:
         low, high = min(map(int, names)), max(map(int, names))
         opts = [o.format(low=low, high=high) for o in plan.repeat_options]
-        return launch(opts, [s for s in plan.full_sizes if low <= s <= high])
+        return launch(opts + counts, [s for s in plan.full_sizes if low <= s <= high])
 
     def short() -> list[str]:
         return [n for n in measurements.lower_is_better
                 if len(measurements.values.get(n, [])) < plan.repeats]
 
-    got = measurements.record(launch(plan.full_options, plan.full_sizes, echo=True))
+    got = measurements.record(launch(plan.full_options + counts, plan.full_sizes, echo=True))
     first = launches[0]
     if len(got) == len(plan.sizes) and not (first.returncode and not first.hung_after_results):
         while time.monotonic() - start < plan.budget_s and (names := short()):
@@ -146,6 +192,7 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
         "host_control": host_control.after_job(token, plan.contended_share,
                                                bool(measurements.failing(limits))),
         **summary(launches),
+        "pilot": costed,
         # The job's status: the first launch's, or 0 if it hung after complete results.
         "returncode": 0 if launches[0].hung_after_results else launches[0].returncode,
     }

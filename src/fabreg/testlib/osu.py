@@ -28,7 +28,7 @@ from reframe.core.exceptions import ReframeError, SanityError
 from reframe.core.logging import getlogger
 
 from fabreg.metrics import perfvar_name
-from fabreg.run import busbw, linkage, measure, providers
+from fabreg.run import busbw, iteration_budget, linkage, measure, providers
 from fabreg.run.parsers.osu import (
     OsuResult,
     expected_sizes,
@@ -270,6 +270,14 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
     #: :type: ``int``
     #: :default: ``0``
     warmup = variable(int, value=0, loggable=False)
+    #: Seconds the whole-curve run may take: where OSU's own iteration counts would take
+    #: longer (a pilot run with a handful of iterations costs the curve), every run of the
+    #: job uses the count that fits (``fabreg.run.iteration_budget``). 0 keeps OSU's counts;
+    #: ``iterations`` set by hand is never changed.
+    #:
+    #: :type: ``float``
+    #: :default: ``30.0``
+    curve_seconds = variable(float, value=30.0, loggable=False)
     #: Run with OSU's data validation (``-c``) and fail on any failed size.
     #:
     #: :type: ``bool``
@@ -372,16 +380,30 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
                   if (ref := refs.get(perfvar_name(metric, size)))}
         counts = (["-i", str(self.iterations)] if self.iterations else []) + (
             ["-x", str(self.warmup)] if self.warmup else [])
+        kind = iteration_budget.kind_of(self.benchmark)
+        costed = bool(kind and self.curve_seconds > 0 and not self.iterations)
         return measure.Plan(
             command=command, full_options=list(self.executable_opts),
             full_sizes=powers_of_two(1, self.max_size),
             repeat_options=["-m", "{low}:{high}", *counts], sizes=list(self.perf_sizes),
             lower_is_better=lower_is_better(metric, unit), fail_limits=limits,
             budget_s=self.budget_seconds(), grace_s=self.hang_grace,
+            iteration_kind=kind or "", curve_s=self.curve_seconds if costed else 0.0,
             **self.confirmation_settings())
 
     def variables_at(self, size: int) -> list[str]:
         return [perfvar_name(BENCHMARKS[self.benchmark][0], size)]
+
+    @run_before("performance")
+    def say_how_many_iterations(self) -> None:
+        """Say so when the pilot cut OSU's iteration counts to fit ``curve_seconds``."""
+        result = self.measured()
+        costed = result.get("pilot") if result else None
+        if costed and costed.get("iterations"):
+            getlogger().info(
+                f"{self.display_name}: {costed['iterations']} iterations per size (warm-up "
+                f"{costed['warmup']}): OSU's own counts would take {costed['default_s']:.0f} s "
+                f"for the curve, more than curve_seconds={self.curve_seconds:g}")
 
     def _value_at(self, size: int) -> float:
         """The best of the job's measurements at ``size`` (the sanity run's without them)."""
