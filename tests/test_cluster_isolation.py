@@ -63,7 +63,16 @@ def _conclusive(cl: Cluster, work: Path, tries: int = 3):
 
 
 def _named(report: dict) -> set[tuple[str, tuple[str, ...]]]:
-    return {(s["kind"], tuple(s["nodes"])) for s in report["suspects"]}
+    """The suspects the check confirmed (named by both sweeps of the job): its verdict. One
+    only the first sweep named is logged as ``flaky`` and passes (the scheduler starving a
+    rank for one round names a link now and then: docs/isolation.md); it must say why."""
+    unconfirmed = [s for s in report["suspects"] if s["inconclusive"]]
+    for s in unconfirmed:
+        assert s["inconclusive"].startswith(("flaky", "inconclusive")), s
+        print(f"not confirmed, so not a failure: {s['kind']} {s['nodes']} "
+              f"{s['deficit_pct']}% ({s['inconclusive']})")
+    return {(s["kind"], tuple(s["nodes"])) for s in report["suspects"]
+            if not s["inconclusive"]}
 
 
 def test_sweep_names_nobody_then_the_bad_node_then_the_bad_link(cluster4, tmp_path):
@@ -90,7 +99,7 @@ def test_sweep_names_nobody_then_the_bad_node_then_the_bad_link(cluster4, tmp_pa
     finally:
         assert cluster4.fabreg("restore").returncode == 0
     assert (rc, _named(node_fault)) == (1, {("node", ("node3",))}), node_fault
-    (suspect,) = node_fault["suspects"]
+    (suspect,) = [s for s in node_fault["suspects"] if not s["inconclusive"]]
     assert suspect["metric"] == "bandwidth" and suspect["deficit_pct"] >= 30
     assert suspect["measured"] == 6 and len(suspect["pairs"]) > 3
     assert all("node3" in (p["node_a"], p["node_b"]) for p in suspect["pairs"])
@@ -102,7 +111,9 @@ def test_sweep_names_nobody_then_the_bad_node_then_the_bad_link(cluster4, tmp_pa
     # (a failed test keeps its stage directory, a passing one its output directory)
     (again,) = node_db.parent.rglob("sweep-confirmation.out")
     assert "# fabreg_sweep v1" in again.read_text()
-    assert "flaky" not in log.splitlines()[-1] and "suspects: node node3" in proc.stdout
+    # ... and confirmed: the failure names it first, ahead of any suspect named only once
+    assert "suspects: node node3" in proc.stdout
+    assert "node node3" in log.splitlines()[-1].split("flaky (")[0]
     # Prometheus gauges and the report's heat map of the same run
     prom = tmp_path / "sweep.prom"
     exported = _fabreg("export", "prometheus", "--out", str(prom), "--db", str(node_db))
