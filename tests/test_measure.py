@@ -19,7 +19,7 @@ import pytest
 from conftest import REPO
 from test_probes import MPIS, make
 
-from fabreg.run import confirm, interference, measure, procfs
+from fabreg.run import confirm, interference, launch, measure, procfs
 from fabreg.run.interference import TOKEN_VARIABLE, InterferenceMeter
 
 pytestmark = pytest.mark.slow
@@ -267,6 +267,18 @@ def test_a_benchmark_hanging_after_complete_results_is_ended_and_its_values_kept
     assert time.monotonic() - started < 30
     assert result["hung_after_results"] and result["launches"][0]["hung_after_results"]
     assert result["best"]["8"] > 0 and result["best"]["1024"] > 0
+
+
+def test_once_a_launch_hung_after_its_results_later_launches_wait_less(tmp_path):
+    table = REPO / "tests" / "data" / "golden" / "osu-7.2" / "openmpi-shm-osu_latency.txt"
+    command = ["sh", "-c", f"cat {table}; exec sleep 600", "hang"]
+    result = measure.measure(plan(command, full_options=[], repeats=3, grace_s=8,
+                                  full_sizes=[1 << k for k in range(23)]), tmp_path)
+    waited = [x["seconds"] for x in result["launches"]]
+    assert len(waited) == 3 and all(x["hung_after_results"] for x in result["launches"])
+    # the first hang is waited out in full, the same command's later ones for a short grace
+    assert waited[0] >= 8, waited
+    assert all(launch.KNOWN_HANG_GRACE_S <= w < 8 for w in waited[1:]), waited
 
 
 def test_an_incomplete_table_is_not_ended_early(tmp_path):

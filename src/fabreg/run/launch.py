@@ -5,7 +5,8 @@ everything: waiting for the job's time limit would lose the results and minutes 
 nightly. The in-job drivers (``fabreg.run.measure`` for OSU, ``fabreg.run.tail_environment``
 for the tail-latency probe) launch through here: the output is copied to a file as it comes,
 and a launch whose output is complete but which does not exit within a grace period is ended
-(its process group, by PID) with its results kept.
+(its process group, by PID) with its results kept; once one launch of a job hung so, the
+job's later launches get a short grace (``grace_after``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,21 @@ class _Watch:
                     sys.stdout.flush()
                 if self.complete_at is None and self.complete(line):
                     self.complete_at = time.monotonic()
+
+
+#: The grace of a launch once an earlier launch of the same job hung after its results: the
+#: same command in the same allocation hangs the same way (MPICH 4.0 with UCX 1.13 over TCP
+#: on 4 nodes: most launches), and the full grace for every launch of a calibration ladder
+#: and its runs cost a 4-node tail-latency case 20 s a launch.
+KNOWN_HANG_GRACE_S = 3.0
+
+
+def grace_after(launches: Iterable[Launch], grace_s: float) -> float:
+    """``grace_s``, or ``KNOWN_HANG_GRACE_S`` once one of ``launches`` hung after its
+    results (the first hang of a job is always waited out in full)."""
+    if any(x.hung_after_results for x in launches):
+        return min(grace_s, KNOWN_HANG_GRACE_S)
+    return grace_s
 
 
 def run_once(command: list[str], options: list[str], output: Path, complete: Completion,

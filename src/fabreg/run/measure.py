@@ -49,7 +49,15 @@ from fabreg.run.iteration_budget import (
     iteration_costs,
     iterations_within,
 )
-from fabreg.run.launch import Completion, JsonPlan, Launch, driver_main, run_once, summary
+from fabreg.run.launch import (
+    Completion,
+    JsonPlan,
+    Launch,
+    driver_main,
+    grace_after,
+    run_once,
+    summary,
+)
 from fabreg.run.parsers.osu import parse_osu
 
 RESULT = "measure.json"
@@ -120,7 +128,8 @@ def _values(path: Path, sizes: list[int], column: str | None) -> dict[int, float
     return out
 
 
-def pilot(plan: Plan, workdir: Path, env: dict[str, str]) -> dict[str, Any] | None:
+def pilot(plan: Plan, workdir: Path, env: dict[str, str], launched: list[Launch]
+          ) -> dict[str, Any] | None:
     """Cost the curve with a short run of the whole-curve options (validation included: it
     costs most); None when the plan asks for no pilot.
 
@@ -140,8 +149,10 @@ def pilot(plan: Plan, workdir: Path, env: dict[str, str]) -> dict[str, Any] | No
         return complete(line)
 
     done = run_once(plan.command, options, out, stamp, plan.grace_s, env)
+    launched.append(done)
     times = _values(out, plan.full_sizes, plan.column)
-    found: dict[str, Any] = {"seconds": round(done.seconds, 3), "returncode": done.returncode}
+    found: dict[str, Any] = {"seconds": round(done.seconds, 3), "returncode": done.returncode,
+                             "hung_after_results": done.hung_after_results}
     if times and (not done.returncode or done.hung_after_results):
         costs = iteration_costs(times, printed_at, PILOT_ITERATIONS + PILOT_WARMUP)
         budget = iterations_within(costs, plan.iteration_kind, plan.curve_s)
@@ -158,13 +169,14 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     launches: list[Launch] = []
     # Figures are keyed by message size, as text (the result file's keys).
     measurements = Measurements(dict.fromkeys(map(str, plan.sizes), plan.lower_is_better))
-    costed = pilot(plan, workdir, env)
+    piloted: list[Launch] = []  # the pilot's launch: a hang there shortens the later graces
+    costed = pilot(plan, workdir, env, piloted)
     counts = list(costed.get("options", [])) if costed else []
 
     def launch(options: list[str], sizes: list[int], echo: bool = False) -> dict[str, float]:
         out = workdir / f"measure-{len(launches)}.out"
-        done = run_once(plan.command, options, out, table_complete(sizes), plan.grace_s, env,
-                        echo)
+        done = run_once(plan.command, options, out, table_complete(sizes),
+                        grace_after([*piloted, *launches], plan.grace_s), env, echo)
         launches.append(done)
         return {str(size): v for size, v in _values(out, plan.sizes, plan.column).items()}
 

@@ -33,7 +33,7 @@ from fabreg.run.interference import (
     TOKEN_VARIABLE,
     JobMeter,
 )
-from fabreg.run.launch import JsonPlan, Launch, driver_main, run_once, summary
+from fabreg.run.launch import JsonPlan, Launch, driver_main, grace_after, run_once, summary
 from fabreg.run.parsers.probes import parse_matmul, parse_streams
 
 PLAN = "repeat-probe-plan.json"
@@ -113,13 +113,14 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         wanted = names is None or bool(set(names) & set(plan.baseline_figures.values()))
         if plan.baseline and wanted:
             out = workdir / baseline_output(len(launches) + 1)
-            run_once(plan.baseline, [], out, _complete(plan.probe), plan.grace_s, env)
+            run_once(plan.baseline, [], out, _complete(plan.probe),
+                     grace_after(launches, plan.grace_s), env)
             figures = {plan.baseline_figures[name]: value
                        for name, value in figures_in(out).items()
                        if name in plan.baseline_figures}
         out = workdir / run_output(len(launches) + 1)
         launches.append(run_once(plan.command, plan.options, out, _complete(plan.probe),
-                                 plan.grace_s, env, echo=not launches))
+                                 grace_after(launches, plan.grace_s), env, echo=not launches))
         return {**figures, **figures_in(out)}
 
     measurements.record(once())

@@ -32,7 +32,7 @@ from typing import Any
 from fabreg.errors import FabregError
 from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Measurements
 from fabreg.run.interference import CONTENDED_SHARE, TOKEN_VARIABLE
-from fabreg.run.launch import JsonPlan, Launch, driver_main, run_once, summary
+from fabreg.run.launch import JsonPlan, Launch, driver_main, grace_after, run_once, summary
 from fabreg.run.parsers.probes import ProbeOutputError, TailLatencyResult, parse_tail_latency
 
 RESULT = "tail-environment.json"
@@ -205,7 +205,8 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
 
     def launch(name: str, options: list[str], echo: bool = False) -> TailLatencyResult:
         out = workdir / name
-        done = run_once(plan.command, options, out, _block_complete, plan.grace_s, env, echo)
+        done = run_once(plan.command, options, out, _block_complete,
+                        grace_after(launches, plan.grace_s), env, echo)
         launches.append(done)
         if done.returncode and not done.hung_after_results:
             raise ProbeOutputError(f"{name}: the probe exited with status {done.returncode}")

@@ -47,6 +47,7 @@ from fabreg.run.interference import (
     contention_text,
     harness_identity,
 )
+from fabreg.run.launch import KNOWN_HANG_GRACE_S
 from fabreg.run.references import Assessment
 
 
@@ -242,7 +243,8 @@ class RepeatedMeasurement(ConfirmedValues):
         if result is not None and result["hung_after_results"]:
             getlogger().warning(
                 f"{self.display_name}: the benchmark printed complete results and then hung; "
-                f"ended after {self.hang_grace:g} s, its values are judged")
+                f"ended after {self.hang_grace:g} s (later launches of the job after "
+                f"{min(self.hang_grace, KNOWN_HANG_GRACE_S):g} s), its values are judged")
 
     @run_before("performance")
     def warn_of_few_measurements(self) -> None:
