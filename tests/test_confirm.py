@@ -64,3 +64,22 @@ def test_nothing_failing_is_not_measured_again(tmp_path):
     values, times, again = scripted([])
     assert Confirmation("token", tmp_path).confirm([], again, lambda keys: keys) == {}
     assert times == []
+
+
+def test_a_long_wait_for_a_quiet_host_does_not_eat_the_span(tmp_path, monkeypatch):
+    """The first run waits (here 2 s of 'other work' a scripted quiet wait reports); the span
+    is counted from that run's start, so the runs are still spread over it."""
+    waits = iter([2.0])
+
+    def quiet_after_a_while(token, threshold, deadline):
+        time.sleep(next(waits, 0.0))
+        return 0.0
+
+    monkeypatch.setattr(confirm, "wait_for_quiet", quiet_after_a_while)
+    values, times, again = scripted([45.0] * 3)
+    limits = {"lat": Limit(40.0, lower_is_better=True)}
+    start = time.monotonic()
+    Confirmation("token", tmp_path, runs=3, span_s=2.0).confirm(
+        ["lat"], again, lambda keys: beyond_limit(values, limits, keys))
+    assert times[0] - start >= 2.0
+    assert times[1] - times[0] >= 0.99 and times[2] - times[0] >= 1.99, times
