@@ -78,6 +78,14 @@ class TailLatency(MeteredJob, ProbeCheck):
     #: Measured runs per test case at the chosen background; the figures are their medians
     #: (quiet environment: their lowest).
     repeats = variable(int, value=3, loggable=True)
+    #: Seconds a measured run may take: where ``iterations`` would take longer (costed by
+    #: the chosen calibration step, or by the first run in the quiet environment), the runs
+    #: use the count that fits, at least ``fabreg.run.tail_environment.MIN_RUN_ITERATIONS``.
+    #: 0 keeps ``iterations``.
+    #:
+    #: :type: ``float``
+    #: :default: ``10.0``
+    run_seconds = variable(float, value=10.0, loggable=False)
     #: Seconds over which the confirmation runs of a failing quiet figure are spread.
     #:
     #: :type: ``float``
@@ -191,7 +199,7 @@ class TailLatency(MeteredJob, ProbeCheck):
             calibration_blocks=self.calibration_blocks, repeats=self.repeats,
             fail_limits=self.failure_limits(tail_environment.QUIET_FIGURES),
             confirm_span_s=self.confirm_span, confirm_runs=self.confirm_runs,
-            contended_share=self.contended_share,
+            contended_share=self.contended_share, run_s=self.run_seconds,
         ).save(Path(self.stagedir, tail_environment.PLAN))
         self.job.launcher = getlauncher("local")()
         self.executable = sys.executable
@@ -241,6 +249,16 @@ class TailLatency(MeteredJob, ProbeCheck):
         return confirmed_verdicts(assessments, self.metered() or {"other_share": 0.0},
                                   self.contended(), self.confirmation,
                                   dict(result.get("quiet_confirmations", {})))
+
+    @run_before("performance")
+    def say_how_many_iterations(self) -> None:
+        """Say so when the runs were cut to fit ``run_seconds``."""
+        budget = self.environment_result().get("run_budget")
+        if budget and budget["iterations"] < budget["planned"]:
+            getlogger().info(
+                f"{self.display_name}: {budget['iterations']} iterations per phase: "
+                f"{budget['planned']} would take {budget['planned_s']:.0f} s per run, more "
+                f"than run_seconds={self.run_seconds:g}")
 
     @run_before("performance")
     def log_confirmation(self) -> None:

@@ -72,14 +72,15 @@ def openmpi_probe(tmp_path_factory):
     return make_probe(tmp_path_factory.mktemp("tail-probe"), "fabreg_tail_latency")
 
 
-def _drive(probe, tmp_path, environment: str, ranks: int, background_pairs: int):
+def _drive(probe, tmp_path, environment: str, ranks: int, background_pairs: int,
+           run_s: float = 0.0):
     for key, value in OMPI_ROOT.items():
         os.environ.setdefault(key, value)
     plan = te.Plan(command=["mpirun.openmpi", "--oversubscribe", "-np", str(ranks), str(probe)],
                    options=["-o", "allreduce", "-s", "65536", "-i", "400", "-k", "8",
                             "-b", str(background_pairs)],
                    environment=environment, calibration_iterations=200, calibration_blocks=4,
-                   repeats=3)
+                   repeats=3, run_s=run_s)
     plan.save(tmp_path / te.PLAN)
     proc = subprocess.run([sys.executable, "-m", "fabreg.run.tail_environment",
                            str(tmp_path / te.PLAN)], cwd=tmp_path, capture_output=True,
@@ -97,6 +98,44 @@ def test_quiet_environment_runs_no_background(openmpi_probe, tmp_path):
     assert result["reached"] == result["quiet_ratio"] >= 1.0
     # the last run is echoed on the job's stdout, as the benchmark printed it
     assert "# end fabreg_tail_latency status=ok background_rounds=0" in stdout
+    assert result["run_budget"] is None  # no run_s: the planned iterations
+
+
+def _iterations(path) -> int:
+    header = next(line for line in path.read_text().splitlines()
+                  if line.startswith("# fabreg_tail_latency"))
+    return int(header.split("iterations=")[1].split()[0])
+
+
+@pytest.mark.slow
+def test_quiet_runs_that_would_outrun_their_time_are_cut_after_the_first(openmpi_probe,
+                                                                        tmp_path):
+    # 400 iterations cost far more than 1 ms: the first run costs them, the others are cut
+    # to the floor (the quiet environment has no calibration step to cost them by)
+    result, _ = _drive(openmpi_probe, tmp_path, "quiet", 2, 0, run_s=0.001)
+    budget = result["run_budget"]
+    assert budget["planned"] == 400 and budget["iterations"] == te.MIN_RUN_ITERATIONS
+    assert budget["seconds_per_iteration"] > 0 and budget["planned_s"] > 0.001
+    assert [_iterations(tmp_path / n) for n in result["runs"]] == [400, 200, 200]
+
+
+@pytest.mark.slow
+def test_quiet_runs_that_fit_their_time_keep_their_iterations(openmpi_probe, tmp_path):
+    result, _ = _drive(openmpi_probe, tmp_path, "quiet", 2, 0, run_s=600)
+    assert result["run_budget"]["iterations"] == 400
+    assert [_iterations(tmp_path / n) for n in result["runs"]] == [400, 400, 400]
+
+
+@pytest.mark.parametrize("run_s, per_iteration, planned, blocks, expected", [
+    (10.0, 0.0258, 1000, 20, 387),   # 4 MPICH ranks on 2 cores: 25.8 ms an iteration
+    (10.0, 0.00005, 1000, 20, 1000),  # 2 ranks on shared memory: it fits, never more
+    (10.0, 1.0, 1000, 20, 200),       # never fewer than MIN_RUN_ITERATIONS ...
+    (10.0, 1.0, 150, 20, 150),        # ... nor more than planned
+    (10.0, 1.0, 1000, 300, 300),      # ... nor fewer than the blocks (the probe's minimum)
+    (0.0, 1.0, 1000, 20, 1000),       # run_s 0: no limit
+])
+def test_iterations_within_a_run_time(run_s, per_iteration, planned, blocks, expected):
+    assert te.iterations_within(run_s, per_iteration, planned, blocks) == expected
 
 
 @pytest.mark.slow
@@ -104,7 +143,7 @@ def test_high_tail_environment_is_calibrated_on_the_real_probe(openmpi_probe, tm
     """Real ranks, real background: the driver bisects the ladder with short runs, keeps the
     step nearest the target, and measures three runs there. Whether this host reaches the
     target depends on its load; what is asserted is what the driver must do either way."""
-    result, _ = _drive(openmpi_probe, tmp_path, "high_tail", 4, 1)
+    result, _ = _drive(openmpi_probe, tmp_path, "high_tail", 4, 1, run_s=0.001)
     steps = result["calibration"]
     assert 1 <= len(steps) <= math.ceil(math.log2(len(te.LADDER) + 1))
     assert [s["step"] for s in steps][0] == (len(te.LADDER) - 1) // 2
@@ -115,6 +154,8 @@ def test_high_tail_environment_is_calibrated_on_the_real_probe(openmpi_probe, tm
     for name in result["runs"]:
         text = (tmp_path / name).read_text()
         assert f"background_size={chosen.size}" in text and "\nloaded " in text
+        # costed by the chosen calibration step: every measured run cut to fit run_s
+        assert _iterations(tmp_path / name) == te.MIN_RUN_ITERATIONS
     assert result["within_target"] == te.within(result["reached"], 3.0)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, fabreg, run_reframe
 
+from fabreg.run import tail_environment
 from fabreg.run.references import host_key
 
 pytestmark = pytest.mark.slow
@@ -56,12 +57,13 @@ def _row(perflogs: Path) -> dict[str, str]:
     return _rows(perflogs, "OsuBandwidth")[-1]
 
 
-def _tail_latency(tmp_path: Path, cases: str, iterations: int) -> tuple[str, list[dict[str, str]]]:
+def _tail_latency(tmp_path: Path, cases: str, iterations: int, *options: str
+                  ) -> tuple[str, list[dict[str, str]]]:
     """Run the ``TailLatency`` cases matching ``cases`` (Open MPI, short runs): the run
     output and the perflog rows."""
     proc = run_reframe("-r", "-p", "openmpi", "-n", f"TailLatency%.*{cases}",
                        "-S", f"TailLatency.iterations={iterations}", "-S", "TailLatency.blocks=4",
-                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+                       *options, perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     return out, _rows(tmp_path / "perflogs", "TailLatency")
@@ -266,9 +268,13 @@ def test_each_tail_latency_algorithm_has_its_own_reference_row_and_its_job_is_it
         tmp_path):
     """Two allreduce algorithms in the quiet environment: each looks up a row of its own (one
     row once pooled every algorithm's tail), and the short job's metered CPU time is its own,
-    the job script included (it was read as 13-38 % other work on a quiet host)."""
-    _, rows = _tail_latency(
-        tmp_path, "case=allreduce:(ring|recursive_doubling)%environment=quiet", 300)
+    the job script included (it was read as 13-38 % other work on a quiet host). Their runs
+    are held to 1 ms each: after the first, they run the fewest iterations, and say so."""
+    out, rows = _tail_latency(
+        tmp_path, "case=allreduce:(ring|recursive_doubling)%environment=quiet", 300,
+        "-S", "TailLatency.run_seconds=0.001")
+    assert out.count(f"{tail_environment.MIN_RUN_ITERATIONS} iterations per phase: 300 would "
+                     "take") == 2, out[-4000:]
     benchmarks = {json.loads(r["ref_keys"])["p99"]["benchmark"] for r in rows}
     assert benchmarks == {"fabreg_tail_latency_allreduce_ring_quiet",
                           "fabreg_tail_latency_allreduce_recursive_doubling_quiet"}

@@ -9,6 +9,9 @@ magnitude), so the job calibrates it: it walks a ladder of background intensitie
 size, messages in flight, share of time streaming) by bisection, each step a short run of
 the probe, until the loaded p99/p50 lands within ``tolerance`` of the target; then it
 measures ``repeats`` full runs at that setting. The *quiet* environment runs no background.
+A run whose planned iterations would take longer than ``run_s`` (4 busy-polling MPICH ranks
+on 2 cores: 28 s for 1,000) runs the count that fits, costed by the chosen calibration step
+or, in the quiet environment, by the first run; at least ``MIN_RUN_ITERATIONS``.
 
 Everything it learnt goes to ``tail-environment.json``: the environment, its target, the
 ladder steps tried with the ratio each reached, the chosen background, the ratio the final
@@ -43,6 +46,10 @@ TARGETS: dict[str, float | None] = {"quiet": None, "low_tail": 1.5, "high_tail":
 
 #: How far (as a fraction of the target) the reached ratio may lie from it.
 TOLERANCE = 0.25
+
+#: A measured run cut to fit ``run_s`` keeps at least this many iterations per phase (its
+#: p99 is then at worst the 2nd-largest of 200 samples), and never more than planned.
+MIN_RUN_ITERATIONS = 200
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,9 @@ class Plan(JsonPlan):
     confirm_runs: int = CONFIRM_RUNS
     quiet_wait_s: float = 30.0
     contended_share: float = CONTENDED_SHARE
+    #: Seconds a measured run may take (0: no limit): where the planned iterations would take
+    #: longer, the runs use the count that fits (:func:`iterations_within`).
+    run_s: float = 0.0
 
     @property
     def target(self) -> float | None:
@@ -151,6 +161,28 @@ def _with_counts(options: list[str], iterations: int, blocks: int) -> list[str]:
             continue
         out.append(opt)
     return [*out, "-i", str(iterations), "-k", str(blocks)]
+
+
+def _count(options: list[str], flag: str, default: int) -> int:
+    """The value of ``flag`` (``-i``, ``-k``) in the probe's options (the last one wins)."""
+    values = [options[i + 1] for i, opt in enumerate(options[:-1]) if opt == flag]
+    return int(values[-1]) if values else default
+
+
+def seconds_per_iteration(result: TailLatencyResult) -> float:
+    """What one iteration of a run costs in wall time: the means of its phases (a run of
+    1,000 MPICH allreduce iterations on 4 emulated nodes: mean 25.8 ms, 28.5 s launched)."""
+    loaded = result.loaded.mean_us if result.loaded else 0.0
+    return (result.quiet.mean_us + loaded) / 1e6
+
+
+def iterations_within(run_s: float, per_iteration: float, planned: int, blocks: int) -> int:
+    """The iterations per phase that fit ``run_s`` seconds: never more than ``planned``,
+    never fewer than ``MIN_RUN_ITERATIONS`` (or the blocks, the probe's own minimum)."""
+    if run_s <= 0 or per_iteration <= 0:
+        return planned
+    floor = min(planned, max(MIN_RUN_ITERATIONS, blocks))
+    return max(floor, min(planned, int(run_s / per_iteration)))
 
 
 def _block_complete(line: bytes) -> bool:
@@ -214,18 +246,34 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
 
     calibration: Calibration | None = None
     background: Background | None = None
+    stepped: dict[int, TailLatencyResult] = {}
     if target is not None:
         short = _with_counts(plan.options, plan.calibration_iterations, plan.calibration_blocks)
 
         def step(setting: Background) -> float:
             index = LADDER.index(setting)
-            return loaded_ratio(launch(f"tail_calibrate{index}.out", [*short,
-                                                                      *setting.options()]))
+            stepped[index] = launch(f"tail_calibrate{index}.out",
+                                    [*short, *setting.options()])
+            return loaded_ratio(stepped[index])
         calibration = calibrate(step, target, LADDER, plan.tolerance)
         background = LADDER[calibration.chosen]
     final = [*plan.options, *(background.options() if background else [])]
     runs = [f"tail_run{i}.out" for i in range(1, plan.repeats + 1)]
-    results = [launch(name, final, echo=name == runs[-1]) for name in runs]
+    planned, blocks = _count(plan.options, "-i", 1000), _count(plan.options, "-k", 5)
+    budget: dict[str, Any] | None = None
+    results: list[TailLatencyResult] = []
+    # costed by the chosen calibration step, else by the first run (quiet: no steps)
+    costed_by = stepped.get(calibration.chosen) if calibration else None
+    for name in runs:
+        if budget is None and plan.run_s > 0 and (costed_by or results):
+            per = seconds_per_iteration(costed_by or results[0])
+            fit = iterations_within(plan.run_s, per, planned, blocks)
+            budget = {"planned": planned, "iterations": fit, "run_s": plan.run_s,
+                      "seconds_per_iteration": round(per, 6),
+                      "planned_s": round(planned * per, 3)}
+            if fit < planned:
+                final = _with_counts(final, fit, blocks)
+        results.append(launch(name, final, echo=name == runs[-1]))
     first, quiet_runs = _confirm_quiet_figures(plan, workdir, results, runs, launch, final, env)
     stats = [(r.loaded if target is not None else r.quiet) for r in results]
     ratios = [s.p99_over_p50 for s in stats if s is not None]
@@ -246,6 +294,7 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         "runs": runs,
         "confirmation": first,
         "quiet_confirmations": quiet_runs,
+        "run_budget": budget,
         **summary(launches),
     }
     (workdir / RESULT).write_text(json.dumps(result, indent=1) + "\n")
