@@ -13,6 +13,7 @@ import sys
 import pytest
 from test_workload_probes import OMPI_ROOT, make_probe
 
+from fabreg.run import launch
 from fabreg.run import repeat_probe as rp
 from fabreg.run.parsers.probes import parse_matmul, parse_streams
 
@@ -147,3 +148,34 @@ def test_an_unknown_probe_is_a_one_line_error(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip() == ("fabreg: no figures known for probe 'fabreg_nosuch' "
                                    "(one of: fabreg_matmul, fabreg_streams)")
+
+
+@pytest.mark.slow
+def test_a_baseline_that_hung_after_its_results_shortens_the_runs_grace(streams, tmp_path):
+    """MPICH's finalize hang, first seen in a baseline launch: the runs after it wait less."""
+    mpirun = ["mpirun.openmpi", "--oversubscribe", "-np"]
+    outputs = {}
+    for placement, ranks in (("pairs", "2"), ("fanin", "3")):
+        proc = subprocess.run([*mpirun, ranks, str(streams), "-p", placement, "-n", "300"],
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, **OMPI_ROOT})
+        assert proc.returncode == 0, proc.stderr
+        outputs[placement] = tmp_path / f"{placement}.out"
+        outputs[placement].write_text(proc.stdout)
+    # the real outputs, each followed by a process that never exits (a hang in MPI_Finalize)
+    hang = ["sh", "-c", 'cat "$0"; exec sleep 600']
+    work = tmp_path / "job"
+    work.mkdir()
+    rp.Plan(command=[*hang, str(outputs["fanin"])], options=[], probe="fabreg_streams",
+            figures={"rate_min": False, "single_rate": False}, repeats=2, grace_s=8,
+            baseline=[*hang, str(outputs["pairs"])],
+            baseline_figures={"rate_min": "single_rate"}).save(work / rp.PLAN)
+    proc = subprocess.run([sys.executable, "-m", "fabreg.run.repeat_probe", rp.PLAN],
+                          cwd=work, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads((work / rp.RESULT).read_text())
+    waited = [x["seconds"] for x in result["launches"]]
+    assert all(x["hung_after_results"] for x in result["launches"])
+    # the first baseline's hang was waited out in full; no run waited as long after it
+    assert all(launch.KNOWN_HANG_GRACE_S <= w < 8 for w in waited), waited
+    assert result["best"]["single_rate"] > 0 and result["best"]["rate_min"] > 0

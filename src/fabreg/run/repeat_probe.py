@@ -99,6 +99,7 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     meter = JobMeter(token, workdir).start()
     measurements = Measurements(dict(plan.figures))
     launches: list[Launch] = []
+    baselines: list[Launch] = []  # they shorten later graces too, but are not runs
     read = READERS[plan.probe]
 
     def figures_in(path: Path) -> dict[str, float]:
@@ -113,14 +114,15 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         wanted = names is None or bool(set(names) & set(plan.baseline_figures.values()))
         if plan.baseline and wanted:
             out = workdir / baseline_output(len(launches) + 1)
-            run_once(plan.baseline, [], out, _complete(plan.probe),
-                     grace_after(launches, plan.grace_s), env)
+            baselines.append(run_once(plan.baseline, [], out, _complete(plan.probe),
+                                      grace_after(launches + baselines, plan.grace_s), env))
             figures = {plan.baseline_figures[name]: value
                        for name, value in figures_in(out).items()
                        if name in plan.baseline_figures}
         out = workdir / run_output(len(launches) + 1)
         launches.append(run_once(plan.command, plan.options, out, _complete(plan.probe),
-                                 grace_after(launches, plan.grace_s), env, echo=not launches))
+                                 grace_after(launches + baselines, plan.grace_s), env,
+                                 echo=not launches))
         return {**figures, **figures_in(out)}
 
     measurements.record(once())
