@@ -31,10 +31,7 @@ Partition ``extras`` used by the checks (docs/transports.md):
 - ``transports``: the transports the partition offers, when detection on the
   host that runs ReFrame would not tell (e.g. a login node without RDMA devices);
 - ``spack_site``, ``spack_without``, ``spack_install_tree``: how the Spack provider
-  builds spack.yaml there (fabreg.testlib.spack, docs/spack.md);
-- ``builds_share_cpus``: the partition's jobs run on the CPUs ReFrame builds on, so
-  builds queue with its jobs instead of running beside a benchmark (default: true
-  for a ``local`` scheduler; fabreg.testlib.builds).
+  builds spack.yaml there (fabreg.testlib.spack, docs/spack.md).
 """
 
 import os

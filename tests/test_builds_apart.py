@@ -44,20 +44,14 @@ class _Scheduler:
 
 
 class _Partition:
-    def __init__(self, scheduler: str, **extras: object) -> None:
-        self.scheduler, self.extras, self.fullname = _Scheduler(scheduler), extras, "sys:part"
+    def __init__(self, scheduler: str) -> None:
+        self.scheduler, self.extras, self.fullname = _Scheduler(scheduler), {}, "sys:part"
 
 
-@pytest.mark.parametrize(("partition", "shared"), [
-    (_Partition("local"), True),                                # jobs run on the ReFrame host
-    (_Partition("slurm"), False),                               # a cluster: the login node builds
-    (_Partition("squeue", builds_share_cpus=True), True),       # the emulated cluster says so
-    (_Partition("local", builds_share_cpus=False), False),      # a site may say otherwise
+@pytest.mark.parametrize(("scheduler", "shared"), [
+    ("local", True),     # the jobs run on the ReFrame host, through the same scheduler
+    ("slurm", False),    # a cluster: the login node builds while compute nodes measure
+    ("squeue", False),   # the emulated cluster: a Slurm scheduler cannot poll a local build
 ])
-def test_which_partitions_share_their_cpus_with_the_builds(partition, shared):
-    assert builds_share_cpus(partition) is shared
-
-
-def test_a_malformed_extra_is_a_one_line_error():
-    with pytest.raises(Exception, match=r"extras\['builds_share_cpus'\] must be true or false"):
-        builds_share_cpus(_Partition("local", builds_share_cpus="yes"))
+def test_which_partitions_count_builds_as_their_jobs(scheduler, shared):
+    assert builds_share_cpus(_Partition(scheduler)) is shared

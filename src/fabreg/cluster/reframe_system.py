@@ -94,9 +94,6 @@ def system(environs: Sequence[str], paths: Paths | None = None) -> dict[str, Any
             "references_by_host": True,
             # ... and its cores: more ranks on a node than it has CPUs is intended here.
             "oversubscribe": True,
-            # ... and the builds' host: a compile never runs beside a measured job
-            # (fabreg.testlib.builds).
-            "builds_share_cpus": True,
         },
     )
     # What each node's slurmd declares (CPUs=): a check with more ranks per node asks Slurm
