@@ -142,6 +142,12 @@ PERFLOG_IGNORE = [f'check_{name}' for name in (
 if minicluster.selected():
     minicluster.use_cluster()  # SLURM_CONF for sbatch/squeue; a clear error if it is down
 
+# ReFrame uses the first `general` entry that matches the system, so each entry names them.
+_CHECK_SEARCH = {
+    'check_search_path': [os.path.join(FABREG_ROOT, 'checks')],
+    'check_search_recursive': True,
+}
+
 site_configuration = {
     'systems': [
         {
@@ -194,14 +200,10 @@ site_configuration = {
             # poll is a `squeue` or a waitpid on the host itself; a real cluster's
             # partitions keep ReFrame's rate (ci/bench/poll_overhead_bench.py).
             'target_systems': ['local', 'minicluster'],
-            'check_search_path': [os.path.join(FABREG_ROOT, 'checks')],
-            'check_search_recursive': True,
+            **_CHECK_SEARCH,
             'poll_rate_min': 1,
         },
-        {
-            'check_search_path': [os.path.join(FABREG_ROOT, 'checks')],
-            'check_search_recursive': True,
-        },
+        _CHECK_SEARCH,
     ],
     'storage': [
         {

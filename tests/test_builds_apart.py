@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_reframe
 
-from fabreg.testlib.builds import builds_share_cpus
+from fabreg.testlib.base import runs_on_reframe_host
 
 CHECKS = REPO / "tests" / "build_checks" / "overlap.py"
 
@@ -54,4 +54,4 @@ class _Partition:
     ("squeue", False),   # the emulated cluster: a Slurm scheduler cannot poll a local build
 ])
 def test_which_partitions_count_builds_as_their_jobs(scheduler, shared):
-    assert builds_share_cpus(_Partition(scheduler)) is shared
+    assert runs_on_reframe_host(_Partition(scheduler)) is shared

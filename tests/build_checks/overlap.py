@@ -47,7 +47,6 @@ class _Job(rfm.RunOnlyRegressionTest):
     valid_systems = ["local"]
     valid_prog_environs = ["builtin"]
     executable = "true"
-    tags = {"fabreg-build-overlap"}
 
     @sanity_function
     def ran(self):

@@ -68,6 +68,11 @@ def node_counts(parts: list[Any] | None = None) -> list[int]:
     return counts + ([top] if counts[-1] != top else [])
 
 
+def runs_on_reframe_host(partition: Any) -> bool:
+    """Does this partition run its jobs on the ReFrame host itself (the ``local`` scheduler)?"""
+    return partition.scheduler.registered_name == "local"
+
+
 class FabregCheck(rfm.RunOnlyRegressionTest, SchedulerEndingMixin, ReferencesMixin,
                   FabricCounters):
     """Base of every fabreg check: see the module docstring for what it brings."""
@@ -88,7 +93,7 @@ class FabregCheck(rfm.RunOnlyRegressionTest, SchedulerEndingMixin, ReferencesMix
 
     def is_local(self) -> bool:
         """Does this partition run jobs on the ReFrame host itself (no Slurm)?"""
-        return self.current_partition.scheduler.registered_name == "local"
+        return runs_on_reframe_host(self.current_partition)
 
     def launcher_argv(self) -> list[str]:
         """The job's launcher command (``mpirun -np 4 ...``) before ReFrame runs the job, for

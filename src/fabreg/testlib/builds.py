@@ -20,15 +20,10 @@ scheduler is Slurm's, so its builds still run beside its jobs (docs/cluster.md).
 
 from __future__ import annotations
 
-from typing import Any
-
 import reframe as rfm
 from reframe.core.builtins import run_after
 
-
-def builds_share_cpus(partition: Any) -> bool:
-    """Do this partition's jobs run where ReFrame builds, through the same scheduler?"""
-    return bool(partition.scheduler.registered_name == "local")
+from fabreg.testlib.base import runs_on_reframe_host
 
 
 class BuildsApartMixin(rfm.RegressionTestPlugin):
@@ -36,5 +31,5 @@ class BuildsApartMixin(rfm.RegressionTestPlugin):
 
     @run_after("setup")
     def build_apart_from_measured_jobs(self) -> None:
-        if builds_share_cpus(self.current_partition):
+        if runs_on_reframe_host(self.current_partition):
             self.build_locally = False
