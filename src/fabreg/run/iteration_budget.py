@@ -71,7 +71,7 @@ class IterationBudget:
         return ["-i", str(self.iterations), "-x", str(self.warmup)]
 
     def as_dict(self) -> dict[str, float | int | None]:
-        return {"default_s": round(self.default_s, 2), "estimated_s": round(self.estimated_s, 2),
+        return {"default_s": round(self.default_s, 6), "estimated_s": round(self.estimated_s, 6),
                 "iterations": self.iterations, "warmup": self.warmup}
 
 
