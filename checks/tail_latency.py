@@ -79,8 +79,9 @@ class TailLatency(MeteredJob, ProbeCheck):
     #: (quiet environment: their lowest).
     repeats = variable(int, value=3, loggable=True)
     #: Seconds a measured run may take: where ``iterations`` would take longer (costed by
-    #: the chosen calibration step, or by the first run in the quiet environment), the runs
-    #: use the count that fits, at least ``fabreg.run.tail_environment.MIN_RUN_ITERATIONS``.
+    #: the launch before it: the chosen calibration step, then the previous run; its wall
+    #: time to complete results, not only its mean latencies), the run uses the count that
+    #: fits, at least ``fabreg.run.tail_environment.MIN_RUN_ITERATIONS``.
     #: 0 keeps ``iterations``.
     #:
     #: :type: ``float``
@@ -200,6 +201,7 @@ class TailLatency(MeteredJob, ProbeCheck):
             fail_limits=self.failure_limits(tail_environment.QUIET_FIGURES),
             confirm_span_s=self.confirm_span, confirm_runs=self.confirm_runs,
             contended_share=self.contended_share, run_s=self.run_seconds,
+            hang_note=self.hang_note(),
         ).save(Path(self.stagedir, tail_environment.PLAN))
         self.job.launcher = getlauncher("local")()
         self.executable = sys.executable
@@ -255,8 +257,11 @@ class TailLatency(MeteredJob, ProbeCheck):
         """Say so when the runs were cut to fit ``run_seconds``."""
         budget = self.environment_result().get("run_budget")
         if budget and budget["iterations"] < budget["planned"]:
+            cut = [n for n in budget.get("per_run") or [budget["iterations"]]
+                   if n < budget["planned"]]
+            runs = "-".join(str(n) for n in sorted({min(cut), max(cut)}))
             getlogger().info(
-                f"{self.display_name}: {budget['iterations']} iterations per phase: "
+                f"{self.display_name}: {runs} iterations per phase: "
                 f"{budget['planned']} would take {budget['planned_s']:.0f} s per run, more "
                 f"than run_seconds={self.run_seconds:g}")
 

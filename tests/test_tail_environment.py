@@ -157,6 +157,42 @@ def test_high_tail_environment_is_calibrated_on_the_real_probe(openmpi_probe, tm
         # costed by the chosen calibration step: every measured run cut to fit run_s
         assert _iterations(tmp_path / name) == te.MIN_RUN_ITERATIONS
     assert result["within_target"] == te.within(result["reached"], 3.0)
+    # each run costed by the launch before it at the chosen setting, by its wall time to
+    # complete results (its start and block switching included), not only its means
+    launched = {x["output"]: x for x in result["launches"]}
+    before = [f"tail_calibrate{nearest['step']}.out", *result["runs"][:-1]]
+    budget = result["run_budget"]
+    assert budget["per_run"] == [te.MIN_RUN_ITERATIONS] * 3
+    for cost, name in zip(budget["seconds_per_iteration"], before, strict=True):
+        iterations = _iterations(tmp_path / name)
+        assert 0 < launched[name]["results_s"] <= launched[name]["seconds"]
+        assert cost >= launched[name]["results_s"] / iterations * 0.999, (name, cost)
+
+
+@pytest.mark.parametrize("quiet_mean_us, loaded_mean_us, results_s, expected_s", [
+    # seen on 4 emulated nodes: MPICH high tail, 541 iterations a phase, means 9.25 + 9.25 ms,
+    # 24.6 s from launch to results: the wall time, 2.4x the means
+    (9250.0, 9250.0, 24.6, 24.6 / 541),
+    (9250.0, 9250.0, None, 0.0185),     # no wall time known: the means
+    (9250.0, None, 2.0, 0.00925),       # a quiet run whose means exceed its wall time
+    (100.0, 100.0, 0.5, 0.5 / 541),     # a fast run: its start dominates, costed in full
+])
+def test_a_run_is_costed_by_its_wall_time_to_results_or_its_means(
+        quiet_mean_us, loaded_mean_us, results_s, expected_s):
+    from fabreg.run.parsers.probes import LatencyStats, TailLatencyResult
+
+    def stats(mean_us: float | None) -> LatencyStats | None:
+        return None if mean_us is None else LatencyStats(
+            p50_us=mean_us, p90_us=mean_us, p99_us=mean_us, max_us=mean_us, mean_us=mean_us,
+            min_us=mean_us, p99_over_p50=1.0)
+    result = TailLatencyResult(op="allreduce", size=65536, iterations=541, blocks=20,
+                               measured_ranks=4, background_pairs=2, background_size=65536,
+                               background_rounds=9, quiet=stats(quiet_mean_us),
+                               loaded=stats(loaded_mean_us))
+    assert te.seconds_per_iteration(result, results_s) == pytest.approx(expected_s)
+    # and what a 10 s run is then given: 219 iterations for the 4-node case, not 541
+    if results_s == 24.6:
+        assert te.iterations_within(10.0, expected_s, 1000, 20) == 219
 
 
 def _run(quiet: float, loaded: float) -> object:

@@ -166,6 +166,14 @@ def test_a_curve_that_would_outrun_its_time_runs_fewer_iterations_and_says_so(tm
     assert (f"{costed['iterations']} iterations per size (warm-up {costed['warmup']}): OSU's "
             f"own counts would take") in out
     assert all(x["options"][-4:] == costed["options"] for x in measured["launches"])
+    # where a hang after the results would be noted for the run's later jobs that launch the
+    # same way: beside the job's stage directory, one note per run, transport and node count
+    plan_path = next((tmp_path / "output").rglob("measure-plan.json"))
+    note = Path(json.loads(plan_path.read_text())["hang_note"])
+    stage = tmp_path / "stage" / plan_path.relative_to(tmp_path / "output").parent
+    assert note.parent.parent == stage.parent, (note, stage)
+    assert note.parent.name.startswith(".fabreg-hangs-") and note.name.endswith("-1n")
+    assert not note.exists()  # Open MPI on one node does not hang
 
 
 def _failing_on_a_quiet_host(tmp_path: Path, control_rows: str, confirm_runs: int,

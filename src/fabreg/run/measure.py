@@ -87,6 +87,9 @@ class Plan(JsonPlan):
     budget_s: float = 120.0
     #: Seconds a launch may linger after printing its complete table.
     grace_s: float = 20.0
+    #: A file that says an earlier job of the run, launching the same way, hung after its
+    #: results (``fabreg.run.launch.note_hang``); empty: none.
+    hang_note: str = ""
     contended_share: float = CONTENDED_SHARE
     #: Seconds the confirmation runs may wait, in all, for the host to be quiet.
     quiet_wait_s: float = 30.0
@@ -148,7 +151,9 @@ def pilot(plan: Plan, workdir: Path, env: dict[str, str], launched: list[Launch]
             printed_at.setdefault(int(m.group(1)), time.monotonic())
         return complete(line)
 
-    done = run_once(plan.command, options, out, stamp, plan.grace_s, env)
+    done = run_once(plan.command, options, out, stamp,
+                    grace_after([], plan.grace_s, plan.hang_note), env,
+                    hang_note=plan.hang_note)
     launched.append(done)
     times = _values(out, plan.full_sizes, plan.column)
     found: dict[str, Any] = {"seconds": round(done.seconds, 3), "returncode": done.returncode,
@@ -176,7 +181,8 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     def launch(options: list[str], sizes: list[int], echo: bool = False) -> dict[str, float]:
         out = workdir / f"measure-{len(launches)}.out"
         done = run_once(plan.command, options, out, table_complete(sizes),
-                        grace_after([*piloted, *launches], plan.grace_s), env, echo)
+                        grace_after([*piloted, *launches], plan.grace_s, plan.hang_note), env,
+                        echo, plan.hang_note)
         launches.append(done)
         return {str(size): v for size, v in _values(out, plan.sizes, plan.column).items()}
 

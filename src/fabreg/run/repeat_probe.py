@@ -72,6 +72,9 @@ class Plan(JsonPlan):
     repeats: int = 3
     #: Seconds a probe may go on after printing its complete block before it is ended.
     grace_s: float = 20.0
+    #: A file that says an earlier job of the run, launching the same way, hung after its
+    #: results (``fabreg.run.launch.note_hang``); empty: none.
+    hang_note: str = ""
     contended_share: float = CONTENDED_SHARE
     quiet_wait_s: float = 30.0
     confirm_span_s: float = 60.0
@@ -102,6 +105,9 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     baselines: list[Launch] = []  # they shorten later graces too, but are not runs
     read = READERS[plan.probe]
 
+    def grace() -> float:
+        return grace_after(launches + baselines, plan.grace_s, plan.hang_note)
+
     def figures_in(path: Path) -> dict[str, float]:
         try:
             return read(path.read_text(errors="replace"))
@@ -115,14 +121,13 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         if plan.baseline and wanted:
             out = workdir / baseline_output(len(launches) + 1)
             baselines.append(run_once(plan.baseline, [], out, _complete(plan.probe),
-                                      grace_after(launches + baselines, plan.grace_s), env))
+                                      grace(), env, hang_note=plan.hang_note))
             figures = {plan.baseline_figures[name]: value
                        for name, value in figures_in(out).items()
                        if name in plan.baseline_figures}
         out = workdir / run_output(len(launches) + 1)
         launches.append(run_once(plan.command, plan.options, out, _complete(plan.probe),
-                                 grace_after(launches + baselines, plan.grace_s), env,
-                                 echo=not launches))
+                                 grace(), env, echo=not launches, hang_note=plan.hang_note))
         return {**figures, **figures_in(out)}
 
     measurements.record(once())
@@ -135,6 +140,7 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     result = {
         **measurements.as_dict(),
         **summary(launches),
+        "baseline_launches": summary(baselines)["launches"],
         **interference.job_summary(plan.contended_share),
         "host_control": host_control.after_job(token, plan.contended_share,
                                                bool(measurements.failing(plan.fail_limits))),

@@ -10,8 +10,9 @@ size, messages in flight, share of time streaming) by bisection, each step a sho
 the probe, until the loaded p99/p50 lands within ``tolerance`` of the target; then it
 measures ``repeats`` full runs at that setting. The *quiet* environment runs no background.
 A run whose planned iterations would take longer than ``run_s`` (4 busy-polling MPICH ranks
-on 2 cores: 28 s for 1,000) runs the count that fits, costed by the chosen calibration step
-or, in the quiet environment, by the first run; at least ``MIN_RUN_ITERATIONS``.
+on 2 cores: 28 s for 1,000) runs the count that fits, costed by the launch before it at the
+same setting (the chosen calibration step, then each run; the quiet environment's first run
+is not costed); at least ``MIN_RUN_ITERATIONS``.
 
 Everything it learnt goes to ``tail-environment.json``: the environment, its target, the
 ladder steps tried with the ratio each reached, the chosen background, the ratio the final
@@ -129,6 +130,9 @@ class Plan(JsonPlan):
     repeats: int = 3
     tolerance: float = TOLERANCE
     grace_s: float = 20.0
+    #: A file that says an earlier job of the run, launching the same way, hung after its
+    #: results (``fabreg.run.launch.note_hang``); empty: none.
+    hang_note: str = ""
     #: Quiet environment: perf variable (``p50``, ``p99``, ``p99_over_p50``) -> failure
     #: limit; a figure whose best run crosses it is confirmed (fabreg.run.confirm).
     fail_limits: dict[str, float] = field(default_factory=dict)
@@ -169,11 +173,21 @@ def _count(options: list[str], flag: str, default: int) -> int:
     return int(values[-1]) if values else default
 
 
-def seconds_per_iteration(result: TailLatencyResult) -> float:
-    """What one iteration of a run costs in wall time: the means of its phases (a run of
-    1,000 MPICH allreduce iterations on 4 emulated nodes: mean 25.8 ms, 28.5 s launched)."""
+def seconds_per_iteration(result: TailLatencyResult, results_s: float | None = None) -> float:
+    """What one iteration (per phase) of a run costs in wall time, from a launch that
+    printed ``result`` ``results_s`` seconds after it started.
+
+    The larger of the means of its phases and its wall time to complete results per
+    iteration. The means alone undercost: on 4 emulated nodes a high-tail MPICH run costed
+    at 541 x 18.5 ms = 10 s took 19-32 s to its results (the probe's start on 4 nodes, the
+    switching of 20 blocks between quiet and loaded); the wall time counts both, and the
+    start spread over the iterations errs towards shorter runs, not longer ones.
+    """
     loaded = result.loaded.mean_us if result.loaded else 0.0
-    return (result.quiet.mean_us + loaded) / 1e6
+    means = (result.quiet.mean_us + loaded) / 1e6
+    if results_s is None or result.iterations <= 0:
+        return means
+    return max(means, results_s / result.iterations)
 
 
 def iterations_within(run_s: float, per_iteration: float, planned: int, blocks: int) -> int:
@@ -238,7 +252,8 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     def launch(name: str, options: list[str], echo: bool = False) -> TailLatencyResult:
         out = workdir / name
         done = run_once(plan.command, options, out, _block_complete,
-                        grace_after(launches, plan.grace_s), env, echo)
+                        grace_after(launches, plan.grace_s, plan.hang_note), env, echo,
+                        plan.hang_note)
         launches.append(done)
         if done.returncode and not done.hung_after_results:
             raise ProbeOutputError(f"{name}: the probe exited with status {done.returncode}")
@@ -246,35 +261,40 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
 
     calibration: Calibration | None = None
     background: Background | None = None
-    stepped: dict[int, TailLatencyResult] = {}
+    # ladder index -> the step's result and launch
+    stepped: dict[int, tuple[TailLatencyResult, Launch]] = {}
     if target is not None:
         short = _with_counts(plan.options, plan.calibration_iterations, plan.calibration_blocks)
 
         def step(setting: Background) -> float:
             index = LADDER.index(setting)
-            stepped[index] = launch(f"tail_calibrate{index}.out",
-                                    [*short, *setting.options()])
-            return loaded_ratio(stepped[index])
+            result = launch(f"tail_calibrate{index}.out", [*short, *setting.options()])
+            stepped[index] = (result, launches[-1])
+            return loaded_ratio(result)
         calibration = calibrate(step, target, LADDER, plan.tolerance)
         background = LADDER[calibration.chosen]
-    final = [*plan.options, *(background.options() if background else [])]
+    final = base = [*plan.options, *(background.options() if background else [])]
     runs = [f"tail_run{i}.out" for i in range(1, plan.repeats + 1)]
     planned, blocks = _count(plan.options, "-i", 1000), _count(plan.options, "-k", 5)
-    budget: dict[str, Any] | None = None
     results: list[TailLatencyResult] = []
-    # costed by the chosen calibration step, else by the first run (quiet: no steps)
+    # Each run is costed by the launch before it at the same setting: the chosen calibration
+    # step, then the previous run (quiet: no steps, so the first run is not costed).
     costed_by = stepped.get(calibration.chosen) if calibration else None
+    costs: list[float] = []
     for name in runs:
-        if budget is None and plan.run_s > 0 and (costed_by or results):
-            per = seconds_per_iteration(costed_by or results[0])
-            fit = iterations_within(plan.run_s, per, planned, blocks)
-            budget = {"planned": planned, "iterations": fit, "run_s": plan.run_s,
-                      "seconds_per_iteration": round(per, 6),
-                      "planned_s": round(planned * per, 3)}
-            if fit < planned:
-                final = _with_counts(final, fit, blocks)
+        if plan.run_s > 0 and costed_by is not None:
+            result, before = costed_by
+            costs.append(seconds_per_iteration(result, before.results_s))
+            fit = iterations_within(plan.run_s, costs[-1], planned, blocks)
+            final = _with_counts(base, fit, blocks) if fit < planned else base
         results.append(launch(name, final, echo=name == runs[-1]))
+        costed_by = (results[-1], launches[-1])
     first, quiet_runs = _confirm_quiet_figures(plan, workdir, results, runs, launch, final, env)
+    counts = [_count(x.options, "-i", planned) for x in launches if x.output in runs]
+    budget = None if not costs else {
+        "planned": planned, "iterations": min(counts), "per_run": counts, "run_s": plan.run_s,
+        "seconds_per_iteration": [round(c, 6) for c in costs],
+        "planned_s": round(planned * costs[-1], 3)}
     stats = [(r.loaded if target is not None else r.quiet) for r in results]
     ratios = [s.p99_over_p50 for s in stats if s is not None]
     reached = statistics.median(ratios) if ratios else 0.0

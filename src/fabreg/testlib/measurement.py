@@ -243,8 +243,9 @@ class RepeatedMeasurement(ConfirmedValues):
         if result is not None and result["hung_after_results"]:
             getlogger().warning(
                 f"{self.display_name}: the benchmark printed complete results and then hung; "
-                f"ended after {self.hang_grace:g} s (later launches of the job after "
-                f"{min(self.hang_grace, KNOWN_HANG_GRACE_S):g} s), its values are judged")
+                f"ended after {self.hang_grace:g} s ({min(self.hang_grace, KNOWN_HANG_GRACE_S):g}"
+                f" s once a launch of the job, or of an earlier job of the run launching the "
+                f"same way, had hung), its values are judged")
 
     @run_before("performance")
     def warn_of_few_measurements(self) -> None:

@@ -21,6 +21,8 @@ at setup with the reason from ``fabreg.run.transport.availability_problem``.
 from __future__ import annotations
 
 import shutil
+import uuid
+from pathlib import Path
 from typing import Any
 
 import reframe.core.runtime as rt
@@ -92,6 +94,10 @@ class ArgvLauncher(JobLauncher):
         return [arg.format(**fields) for arg in self._argv]
 
 
+#: This ReFrame run (the checks' hooks run in its process): hang notes are the run's own.
+RUN_ID = uuid.uuid4().hex[:12]
+
+
 class MpiCheck(FabregCheck):
     """Base of every check that launches MPI ranks."""
 
@@ -144,6 +150,13 @@ class MpiCheck(FabregCheck):
     #: :type: ``str``
     #: :default: ``""``
     transport_used = variable(str, value="", loggable=True)
+
+    def hang_note(self) -> str:
+        """Where this run's jobs of this partition, MPI, transport and node count note that
+        a launch hung after its results (``fabreg.run.launch.note_hang``): the stage
+        directory's parent (the partition and environment's), which the job can write."""
+        return str(Path(self.stagedir).parent / f".fabreg-hangs-{RUN_ID}" /
+                   f"{self.transport}-{self.num_nodes}n")
 
     @run_after("init")
     def announce_unavailable_environments(self) -> None:

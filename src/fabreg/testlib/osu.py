@@ -388,7 +388,7 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
             full_sizes=powers_of_two(1, self.max_size),
             repeat_options=["-m", "{low}:{high}", *counts], sizes=list(self.perf_sizes),
             lower_is_better=lower_is_better(metric, unit), fail_limits=limits,
-            budget_s=self.budget_seconds(), grace_s=self.hang_grace,
+            budget_s=self.budget_seconds(), grace_s=self.hang_grace, hang_note=self.hang_note(),
             iteration_kind=kind or "", curve_s=self.curve_seconds if costed else 0.0,
             **self.confirmation_settings())
 

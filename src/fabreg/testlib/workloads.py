@@ -177,7 +177,8 @@ class RepeatedProbe(ConfirmedValues):
             command=[*self.launcher_argv(), self.probe_path()],
             options=list(self.executable_opts), probe=self.benchmark, figures=figures,
             fail_limits=self.failure_limits(units), baseline=baseline,
-            baseline_figures=recorded, **self.confirmation_settings(),
+            baseline_figures=recorded, hang_note=self.hang_note(),
+            **self.confirmation_settings(),
         ).save(Path(self.stagedir, repeat_probe.PLAN))
         self.env_vars[HARNESS_VARIABLE] = harness_identity()
         self.job.launcher = getlauncher("local")()
