@@ -1,8 +1,8 @@
 """Raw RDMA read/write/send below MPI (linux-rdma perftest), full size sweeps.
 
 Bandwidth tests sweep queue pairs and post-list length; every test runs with
-polling and event-driven completion. Hosts without an RDMA device skip these
-with that reason.
+polling and event-driven completion, except RDMA write, which perftest polls only.
+Hosts without an RDMA device skip these with that reason.
 """
 
 import reframe as rfm

@@ -114,6 +114,17 @@ def test_perftest_help_is_not_a_table(golden):
     assert perftest_failure(text) is not None
 
 
+@pytest.mark.parametrize("name, words", [
+    ("ib_write_bw-n1000-l16-refused.txt",
+     "Number of iterations must be a multiple of post list size"),
+    ("ib_write_bw-event-refused.txt", "Events feature not available on WRITE verb"),
+])
+def test_perftest_refusing_its_options_says_so_in_its_words(golden, name, words):
+    text = _read(golden, f"perftest-4.5/{name}")
+    assert no_device_reason(text) is None and parse_perftest(text).rows == {}
+    assert perftest_failure(text) == f"perftest failed: perftest rejected its options ({words})"
+
+
 # Hand-written from perftest's documented output format (README / source
 # print formats), not captured from a device: no RDMA hardware was available.
 BW_TABLE = """\

@@ -74,6 +74,9 @@ _FAILURES = (
      "the control connection to the peer could not be set up"),
     (re.compile(r"Conflicting arguments|invalid option|unrecognized option"),
      "perftest rejected its options"),
+    (re.compile(r"(?P<what>Number of iterations must be a multiple of post list size|"
+                r"Events feature not available on WRITE verb)"),
+     "perftest rejected its options ({what})"),
 )
 
 
