@@ -115,7 +115,9 @@ def test_quiet_runs_that_would_outrun_their_time_are_cut_after_the_first(openmpi
     result, _ = _drive(openmpi_probe, tmp_path, "quiet", 2, 0, run_s=0.001)
     budget = result["run_budget"]
     assert budget["planned"] == 400 and budget["iterations"] == te.MIN_RUN_ITERATIONS
-    assert budget["seconds_per_iteration"] > 0 and budget["planned_s"] > 0.001
+    assert len(budget["seconds_per_iteration"]) == 2  # the second and third runs'
+    assert all(c > 0 for c in budget["seconds_per_iteration"]) and budget["planned_s"] > 0.001
+    assert budget["per_run"] == [400, 200, 200]
     assert [_iterations(tmp_path / n) for n in result["runs"]] == [400, 200, 200]
 
 
