@@ -290,7 +290,7 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         results.append(launch(name, final, echo=name == runs[-1]))
         costed_by = (results[-1], launches[-1])
     first, quiet_runs = _confirm_quiet_figures(plan, workdir, results, runs, launch, final, env)
-    counts = [_count(x.options, "-i", planned) for x in launches if x.output in runs]
+    counts = [r.iterations for r in results]  # every run's, confirmations included
     budget = None if not costs else {
         "planned": planned, "iterations": min(counts), "per_run": counts, "run_s": plan.run_s,
         "seconds_per_iteration": [round(c, 6) for c in costs],
