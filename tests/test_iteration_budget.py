@@ -17,6 +17,9 @@ KB = 1024
     ({1 << k: 10_000.0 for k in range(14)}, "collective", 30, 194, 19),
     # osu_latency's 10,000 iterations: 30 us at 11 sizes is 3.3 s
     ({1 << k: 30.0 for k in range(11)}, "latency", 1.0, 2754, 275),
+    # a tenth of 57 rounds up to 6 warm-ups: 63 x 31.85 us overruns 2 ms, so 56 + 6 it is
+    # (the overshoot CI caught in test_measure's pilot)
+    ({1: 31.85}, "latency", 0.002, 56, 6),
     # even MIN_ITERATIONS overrun the target: the count stops at it
     ({1: 5e6}, "collective", 1.0, ib.MIN_ITERATIONS, ib.MIN_WARMUP),
 ])

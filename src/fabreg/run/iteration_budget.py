@@ -119,6 +119,15 @@ def iterations_within(cost_us: Mapping[int, float], kind: str,
         return IterationBudget(default, default)
     per_iteration = sum(cost_us.values()) / 1e6  # one iteration of every size
     fit = math.floor(target_s / ((1 + WARMUP_FRACTION) * per_iteration))
+    # the warm-up is rounded (and at least MIN_WARMUP), so the estimate can overshoot by an
+    # iteration or two: step down until timed plus warm-up iterations fit
+    while fit > MIN_ITERATIONS and (fit + warmup_for(fit)) * per_iteration > target_s:
+        fit -= 1
     iterations = min(OSU_DEFAULTS[kind][0], max(MIN_ITERATIONS, fit))
-    warmup = max(MIN_WARMUP, round(WARMUP_FRACTION * iterations))
+    warmup = warmup_for(iterations)
     return IterationBudget(default, (iterations + warmup) * per_iteration, iterations, warmup)
+
+
+def warmup_for(iterations: int) -> int:
+    """Warm-up iterations that go with ``iterations`` timed ones (OSU's tenth, at least 2)."""
+    return max(MIN_WARMUP, round(WARMUP_FRACTION * iterations))
