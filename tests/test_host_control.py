@@ -9,7 +9,9 @@ import time
 import pytest
 
 from fabreg.run import host_control
+from fabreg.run import transport as tx
 from fabreg.run.references import Assessment, Reference
+from fabreg.schema import HOST_CONTROL_FIGURES, declared_direction
 from fabreg.testlib.measurement import confirmed_verdicts
 
 
@@ -17,18 +19,30 @@ def ref(value: float, unit: str, lower: bool) -> Reference:
     return Reference(value, unit, warn=0.1, fail=0.25, lower_is_better=lower, source="baseline")
 
 
-BASELINE = {"round_trip": ref(0.30, "us", True), "copy_bandwidth": ref(45.0, "GB/s", False)}
+BASELINE = {"round_trip": ref(0.30, "us", True), "copy_bandwidth": ref(45.0, "GB/s", False),
+            "tcp_loopback": ref(4.0, "GB/s", False)}
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
-def test_the_control_measures_both_figures():
+def test_the_control_measures_every_figure():
     # Not a stability test: a VM's round trip has modes (0.20 and 0.30 us here, following the
     # shared-memory collectives' modes); ci/bench/host_control_bench.py prints them.
     for control in (host_control.measure_host() for _ in range(3)):
         assert control.problem == ""
         assert 0.01 < control.round_trip < 100.0  # microseconds, interpreter included
         assert 0.1 < control.copy_bandwidth < 10_000.0  # GB/s
-        assert set(control.as_dict()) == {"round_trip", "copy_bandwidth"}
+        assert 0.05 < control.tcp_loopback < 1000.0  # GB/s, a kernel TCP stream
+        assert set(control.as_dict()) == set(HOST_CONTROL_FIGURES)
+
+
+def test_every_transport_names_the_control_figures_on_its_path():
+    assert set(host_control.FIGURES_ON_PATH) == set(tx.TRANSPORTS)
+    for transport, figures in host_control.FIGURES_ON_PATH.items():
+        assert figures and set(figures) <= set(HOST_CONTROL_FIGURES), transport
+    assert host_control.figures_on_path("tcp") == ("tcp_loopback",)
+    assert host_control.figures_on_path(None) == tuple(HOST_CONTROL_FIGURES)
+    for name in HOST_CONTROL_FIGURES:  # calibrate and the review side know their direction
+        assert declared_direction(name) in ("lower", "higher"), name
 
 
 def test_one_cpu_has_no_round_trip_and_says_why():
@@ -39,6 +53,7 @@ def test_one_cpu_has_no_round_trip_and_says_why():
     finally:
         os.sched_setaffinity(0, own)
     assert control.round_trip is None and control.copy_bandwidth > 0
+    assert control.tcp_loopback > 0  # both ends of the stream share the one CPU
     assert control.as_dict()["problem"] == "one CPU only: no core-to-core round trip"
 
 
@@ -56,54 +71,98 @@ def test_a_control_that_judges_failing_values_is_sampled_and_its_best_kept():
 
 
 def test_the_best_of_the_samples_judges_the_host():
-    slow = host_control.HostControl(0.81, 20.0)
-    assert host_control.best_of([slow, host_control.HostControl(0.31, 19.0), slow]) == \
-        host_control.HostControl(0.31, 20.0)
+    slow = host_control.HostControl(0.81, 20.0, 1.0)
+    assert host_control.best_of([slow, host_control.HostControl(0.31, 19.0, 3.9), slow]) == \
+        host_control.HostControl(0.31, 20.0, 3.9)
     # one slow sample past the limit no longer says the host ran slow; three do
-    best = host_control.best_of([slow, host_control.HostControl(0.30, 44.0), slow])
-    assert host_control.slow_host(best.as_dict(), BASELINE) == ""
+    best = host_control.best_of([slow, host_control.HostControl(0.30, 44.0, 4.1), slow])
+    assert host_control.slow_host(best.as_dict(), BASELINE) is None
     assert host_control.slow_host(host_control.best_of([slow] * 3).as_dict(), BASELINE)
-    one_cpu = host_control.HostControl(None, 44.0, "one CPU only")
+    one_cpu = host_control.HostControl(None, 44.0, 4.0, "one CPU only")
     assert host_control.best_of([one_cpu, one_cpu]) == one_cpu
 
 
-@pytest.mark.parametrize("control, slow", [
-    ({"round_trip": 0.31, "copy_bandwidth": 44.0}, ""),
-    ({"round_trip": 0.81, "copy_bandwidth": 44.0},
-     "the host itself ran slow: core-to-core round trip 0.81 us against its baseline 0.3 "
-     "(limit 0.375)"),
-    ({"round_trip": 0.30, "copy_bandwidth": 20.0},
-     "the host itself ran slow: 1 MiB memory copy 20 GB/s against its baseline 45 "
-     "(limit 33.8)"),
+@pytest.mark.parametrize("control, figures, factor, text", [
+    ({"round_trip": 0.31, "copy_bandwidth": 44.0, "tcp_loopback": 4.0}, None, None, ""),
+    ({"round_trip": 0.81, "copy_bandwidth": 44.0}, None, 2.7,
+     "core-to-core round trip 0.81 us against its baseline 0.3 (limit 0.375)"),
+    ({"round_trip": 0.30, "copy_bandwidth": 20.0}, None, 2.25,
+     "1 MiB memory copy 20 GB/s against its baseline 45 (limit 33.8)"),
+    # the worst figure sets the factor
+    ({"round_trip": 0.45, "copy_bandwidth": 15.0}, None, 3.0,
+     "core-to-core round trip 0.45 us against its baseline 0.3 (limit 0.375), 1 MiB memory "
+     "copy 15 GB/s against its baseline 45 (limit 33.8)"),
+    # session 14: the round trip doubled, the TCP path did not change: a TCP value's
+    # figures are the loopback stream's alone
+    ({"round_trip": 0.60, "copy_bandwidth": 44.0, "tcp_loopback": 3.9}, ("tcp_loopback",),
+     None, ""),
+    ({"round_trip": 0.30, "copy_bandwidth": 44.0, "tcp_loopback": 2.0}, ("tcp_loopback",),
+     2.0, "TCP loopback stream 2 GB/s against its baseline 4 (limit 3)"),
     # measured on a host that did not quieten: says nothing
-    ({"round_trip": 0.81, "copy_bandwidth": 20.0, "contended": True}, ""),
+    ({"round_trip": 0.81, "copy_bandwidth": 20.0, "contended": True}, None, None, ""),
     # one CPU: only the copy
-    ({"copy_bandwidth": 44.0, "problem": "one CPU only"}, ""),
-    ({}, ""),
+    ({"copy_bandwidth": 44.0, "problem": "one CPU only"}, None, None, ""),
+    ({}, None, None, ""),
 ])
-def test_what_a_slow_host_is(control, slow):
-    assert host_control.slow_host(control, BASELINE) == slow
+def test_what_a_slow_host_is(control, figures, factor, text):
+    slow = host_control.slow_host(control, BASELINE, figures)
+    if factor is None:
+        assert slow is None
+    else:
+        assert (round(slow.factor, 4), slow.text) == (factor, text)
 
 
 def test_a_host_without_control_rows_is_never_slow():
-    assert host_control.slow_host({"round_trip": 99.0, "copy_bandwidth": 0.1}, {}) == ""
+    assert host_control.slow_host({"round_trip": 99.0, "copy_bandwidth": 0.1}, {}) is None
 
 
-FAIL = Assessment("bandwidth_1MB", 500.0, "MB/s", Reference(2000.0, "MB/s", 0.1, 0.25, False,
-                                                               "x"))
+def bandwidth(value: float) -> Assessment:
+    return Assessment("bandwidth_1MB", value, "MB/s",
+                      Reference(2550.0, "MB/s", 0.1, 0.25, False, "x"))
+
+
+@pytest.mark.parametrize("assessment, factor, explains", [
+    # a link at half speed (-53 %): a host 1.3x slow cannot explain it, 2.2x can
+    (bandwidth(1190.0), 1.3, False),
+    (bandwidth(1190.0), 2.2, True),
+    # a value just past its limit (-27 %): 1.3x explains it
+    (bandwidth(1860.0), 1.3, True),
+    # a latency 3x its baseline: a host 2x slow leaves it at 1.5x, still failing
+    (Assessment("latency_8B", 3.0, "us", Reference(1.0, "us", 0.1, 0.25, True, "x")), 2.0,
+     False),
+    (Assessment("latency_8B", 3.0, "us", Reference(1.0, "us", 0.1, 0.25, True, "x")), 2.5,
+     True),
+    (Assessment("bandwidth_1MB", 10.0, "MB/s", None), 9.0, False),
+])
+def test_a_slow_host_explains_only_a_drop_it_could_cause(assessment, factor, explains):
+    slow = host_control.SlowHost(factor, "something")
+    assert slow.explains(assessment) is explains
+    assert slow.reason(assessment).startswith(
+        "the host itself ran slow" if explains else "the host control ran slow too")
+
+
+FAIL = Assessment("bandwidth_1MB", 1000.0, "MB/s", Reference(2000.0, "MB/s", 0.1, 0.25, False,
+                                                                "x"))
 PASS = Assessment("bandwidth_64KB", 1900.0, "MB/s", Reference(2000.0, "MB/s", 0.1, 0.25, False,
                                                                 "x"))
-SLOW = "the host itself ran slow: core-to-core round trip 0.81 us against its baseline 0.3"
+SLOW = host_control.SlowHost(2.7, "core-to-core round trip 0.81 us against its baseline 0.3")
+MILD = host_control.SlowHost(1.3, "TCP loopback stream 3 GB/s against its baseline 4")
 BUSY = {"other_share": 0.4, "cpu_s": 1.0, "wall_s": 1.0, "cpus": 2}
 
 
 @pytest.mark.parametrize("contended, quiet, slow, expected", [
-    # a confirmed failure on a quiet host with a healthy control: the verdict stands
-    (False, {}, "", {}),
-    # the same with the control beyond its limit: the host, not the fabric
-    (False, {}, SLOW, {"bandwidth_1MB": ("inconclusive", SLOW)}),
+    # a confirmed failure (-50 %) on a quiet host with a healthy control: the verdict stands
+    (False, {}, None, {}),
+    # the same with the control 2.7x slow on the value's path: the host, not the fabric
+    (False, {}, SLOW, {"bandwidth_1MB": ("inconclusive", "the host itself ran slow: core")}),
+    # a control 1.3x slow cannot explain -50 %: the failure stands, and says so
+    (False, {}, MILD, {"bandwidth_1MB": (
+        "fail", "the host control ran slow too (TCP loopback stream 3 GB/s against its "
+                "baseline 4), but 1.30x slower cannot explain 1000 MB/s against 2000 (-50%)")}),
     # contended job, confirmed on a quiet host, slow control: still the host
-    (True, {"bandwidth_1MB": 3}, SLOW, {"bandwidth_1MB": ("inconclusive", SLOW)}),
+    (True, {"bandwidth_1MB": 3}, SLOW, {"bandwidth_1MB": (
+        "inconclusive", "the host itself ran slow: core")}),
+    (True, {"bandwidth_1MB": 3}, MILD, {"bandwidth_1MB": ("fail", "confirmed by 3 run(s)")}),
     # contended job never quiet: the contention is the reason, not the control
     (True, {}, SLOW, {"bandwidth_1MB": (
         "inconclusive", "other work took 40% of the host's CPU")}),

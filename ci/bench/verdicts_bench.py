@@ -71,6 +71,24 @@ def reframe(work: Path, checks: Path, env: dict[str, str], cases: list[tuple[str
     return verdicts, seconds
 
 
+def host_controls(works: list[Path], check: str) -> dict[str, list[float]]:
+    """Figure -> the host control's values over these sessions' last ``check`` rows: what
+    judged their failing values (``fabreg.run.host_control``)."""
+    out: dict[str, list[float]] = {}
+    for work in works:
+        log = work / "perflogs" / "minicluster" / "compute" / f"{check}.log"
+        if not log.is_file():
+            continue
+        lines = log.read_text().splitlines()
+        row = dict(zip(lines[0].split("|"), lines[-1].split("|")))
+        control = json.loads(row.get("host_control") or "{}")
+        for name, value in control.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                    and name not in ("samples", "other_share"):
+                out.setdefault(name, []).append(float(value))
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repetitions", type=int, default=10)
@@ -109,6 +127,7 @@ def main() -> int:
         (baseline,) = (checks / "references" / "minicluster").glob("*.yaml")
         rows = yaml.safe_load(baseline.read_text())["references"]
         (row,) = [r for r in rows if r["metric"] == "bandwidth"]
+        control_rows = {r["metric"]: r for r in rows if r["benchmark"] == "host_control"}
         value = float(row["value"])
         print(f"baseline ({args.nodes} nodes): OsuBandwidth {value:g} MB/s, warn "
               f"-{row['warn']:.0%}, fail -{row['fail']:.0%}; {len(rows)} rows "
@@ -152,6 +171,20 @@ def main() -> int:
             caught = [f for f, v in sweep.items() if v[check] == "fail"]
             print(f"  mildest cap caught: {max(caught):g} of the calibrated bandwidth"
                   if caught else "  no cap in the sweep was caught")
+        print()
+        works = {"healthy": [tmp / f"healthy{i}-{s}" for i in range(args.repetitions)
+                             for s in spans],
+                 "link at 1/2": [tmp / f"half{i}"
+                                 for i in range(args.capped_repetitions or args.repetitions)]}
+        for check, _ in cases:
+            print(f"{check}: host control, lowest-highest over the sessions (baseline, fail limit)")
+            for label, dirs in works.items():
+                for name, values in sorted(host_controls(dirs, check).items()):
+                    ref = control_rows.get(name)
+                    base = (f" (baseline {ref['value']:g} {ref['unit']}, fail "
+                            f"{'+' if ref['unit'] == 'us' else '-'}{ref['fail']:.0%})"
+                            if ref else " (no baseline row)")
+                    print(f"  {label:12} {name:15} {min(values):g}-{max(values):g}{base}")
         print(json.dumps({"healthy": healthy, "half": half, "sweep": sweep}))
     finally:
         run([*cluster, "down"], env, timeout=300)

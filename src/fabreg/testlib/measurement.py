@@ -15,9 +15,12 @@ failure limit is measured again (``fabreg.run.confirm``). The check judges the b
   are spread over ``confirm_span`` seconds (a spell in which a virtual host runs slow as a
   whole ends within it), wait for a quiet host and are metered by themselves, so a failure
   they confirm is a failure even when other work took the CPUs during the rest of the job;
-- ``inconclusive`` too: the failure reproduced, but the host control measured right after
-  it (``fabreg.run.host_control``: a core-to-core round trip, a memory copy) lay beyond its
-  own failure limit in the host's baseline: the host itself ran slow, not the fabric.
+- ``inconclusive`` too: the failure reproduced, but a figure of the host control measured
+  right after it, on the value's own software path (``fabreg.run.host_control``: a TCP
+  loopback stream for TCP; a core-to-core round trip and a memory copy for shared memory),
+  lay beyond its own failure limit in the host's baseline, by enough to explain the value:
+  the host itself ran slow, not the fabric. A slow control that cannot explain the value
+  leaves the failure standing, and says so.
 
 Logged per run: ``spread`` (how far the worst of a value's measurements lay from its best),
 ``interference`` (other work's CPU time), ``exclusive`` (did Slurm give the nodes to this
@@ -40,7 +43,7 @@ from reframe.core.logging import getlogger
 
 from fabreg.run import measure
 from fabreg.run.confirm import CONFIRM_RUNS
-from fabreg.run.host_control import slow_host
+from fabreg.run.host_control import SlowHost, figures_on_path, slow_host
 from fabreg.run.interference import (
     CONTENDED_SHARE,
     HARNESS_VARIABLE,
@@ -103,7 +106,7 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
     #: :default: ``{}``
     confirmation = variable(dict, value={}, loggable=True)
     #: The host control measured at the end of the job (perflog: ``round_trip`` in us,
-    #: ``copy_bandwidth`` in GB/s; ``fabreg.run.host_control``).
+    #: ``copy_bandwidth`` and ``tcp_loopback`` in GB/s; ``fabreg.run.host_control``).
     #:
     #: :type: ``dict``
     #: :default: ``{}``
@@ -130,6 +133,10 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
         """The perf variables a key of the driver's JSON stands for (itself by default)."""
         return [key]
 
+    def host_control_figures(self) -> tuple[str, ...]:
+        """The host control figures on this check's software path: its ``transport``'s."""
+        return figures_on_path(getattr(self, "transport", None))
+
     @run_before("performance")
     def log_measurement(self) -> None:
         result = self.measured()
@@ -149,24 +156,28 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
             return {}
         quiet = {var: int(n) for key, n in result.get("quiet_confirmations", {}).items()
                  for var in self.variables_of(key)}
-        slow = slow_host(self.host_control, self.host_control_references())
+        slow = slow_host(self.host_control, self.host_control_references(),
+                         self.host_control_figures())
         return confirmed_verdicts(assessments, result["interference"], bool(result["contended"]),
                                   self.confirmation, quiet, slow)
 
 
 def confirmed_verdicts(assessments: list[Assessment], interference: dict[str, Any],
-                       contended: bool, first: dict[str, float],
-                       quiet: dict[str, int], slow_host: str = "") -> dict[str, tuple[str, str]]:
+                       contended: bool, first: dict[str, float], quiet: dict[str, int],
+                       slow: SlowHost | None = None) -> dict[str, tuple[str, str]]:
     """The band's verdicts qualified by how the values were measured (the module's table).
 
     ``first``: perf variable -> its first best value, for the values measured again because
     they failed; ``quiet``: perf variable -> confirmation runs that measured it on a quiet host;
-    ``slow_host``: why the host control says the host itself ran slow, or empty.
+    ``slow``: what of the host control on the values' path ran slow, or None.
     """
     out = {}
     for a in assessments:
-        if a.verdict == "fail" and slow_host and (not contended or quiet.get(a.name)):
-            out[a.name] = ("inconclusive", slow_host)
+        judged_by_control = a.verdict == "fail" and slow and (not contended or quiet.get(a.name))
+        if judged_by_control and slow.explains(a):
+            out[a.name] = ("inconclusive", slow.reason(a))
+        elif judged_by_control and not contended:
+            out[a.name] = ("fail", slow.reason(a))
         elif a.verdict == "fail" and contended and quiet.get(a.name):
             # Every measurement failed, among them confirmation runs on a quiet host:
             # other work elsewhere in the job cannot have caused it.

@@ -20,6 +20,7 @@ from reframe.core.exceptions import SanityError
 from fabreg.metrics import perfvar_name
 from fabreg.run.client_server import Figure
 from fabreg.run.counters import SYSFS_INFINIBAND, rdma_devices
+from fabreg.run.host_control import figures_on_path
 from fabreg.run.parsers.perftest import (
     PerftestTable,
     failure_reason,
@@ -76,6 +77,10 @@ class PerftestCheck(ClientServerCheck):
     @property
     def is_bandwidth(self) -> bool:
         return self.benchmark.endswith("_bw")
+
+    def host_control_figures(self) -> tuple[str, ...]:
+        """perftest's verbs run over an RDMA queue pair: UCX rc's path."""
+        return figures_on_path("ucx_rc")
 
     @run_after("init")
     def drop_event_completion_on_write(self) -> None:
