@@ -39,6 +39,7 @@ from fabreg.run.parsers.probes import TailLatencyResult, parse_tail_latency
 from fabreg.run.references import Assessment
 from fabreg.testlib.measurement import confirmed_verdicts
 from fabreg.testlib.metering import MeteredJob
+from fabreg.testlib.mpi import RUN_ID
 from fabreg.testlib.workloads import ProbeCheck
 
 #: (collective, algorithm) pairs compared; "default" is the MPI's own choice.
@@ -191,6 +192,13 @@ class TailLatency(MeteredJob, ProbeCheck):
         return {name: (name, self.message_size, name == "p50")
                 for name in ("p50", "p99", "p99_over_p50")}
 
+    def step_note(self) -> str:
+        """Where this run's jobs of this environment and collective (and partition, MPI,
+        transport and node count) note the background step their calibration chose: the
+        other algorithms' jobs start there (one run's notes, as for ``hang_note``)."""
+        return str(Path(self.stagedir).parent / f".fabreg-tail-steps-{RUN_ID}" /
+                   f"{self.environment}-{self.collective}-{self.transport}-{self.num_nodes}n")
+
     @run_before("run", always_last=True)
     def run_through_environment_driver(self) -> None:
         command = [*self.launcher_argv(), self.probe_path()]
@@ -201,7 +209,7 @@ class TailLatency(MeteredJob, ProbeCheck):
             fail_limits=self.failure_limits(tail_environment.QUIET_FIGURES),
             confirm_span_s=self.confirm_span, confirm_runs=self.confirm_runs,
             contended_share=self.contended_share, run_s=self.run_seconds,
-            hang_note=self.hang_note(),
+            hang_note=self.hang_note(), step_note=self.step_note(),
         ).save(Path(self.stagedir, tail_environment.PLAN))
         self.job.launcher = getlauncher("local")()
         self.executable = sys.executable

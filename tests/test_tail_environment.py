@@ -48,6 +48,37 @@ def test_bisection_finds_the_step_nearest_the_target_in_log_steps(ratios, target
     assert result.ratio == ratios[chosen]
 
 
+@pytest.mark.parametrize("ratios,target,chosen", SEARCHES)
+@pytest.mark.parametrize("start", range(len(te.LADDER)))
+def test_a_calibration_started_at_an_earlier_jobs_step_finds_the_same(ratios, target, chosen,
+                                                                      start):
+    """Another algorithm's job noted the step its calibration chose: trying it first costs at
+    most one short run more than the bisection, and ends at once where it is within the
+    target (the common case: the algorithms' tails agree)."""
+    measure, tried = ladder_response(ratios)
+    result = te.calibrate(measure, target, start=start)
+    assert tried[0] == start and len(set(tried)) == len(tried)
+    assert len(tried) <= 1 + math.ceil(math.log2(len(te.LADDER) + 1))
+    if te.within(ratios[start], target):
+        assert tried == [start] and result.chosen == start
+    else:  # the bisection goes on and lands where it would have (or as near the target)
+        assert abs(math.log(result.ratio / target)) <= abs(math.log(ratios[chosen] / target)) \
+            or te.within(result.ratio, target)
+
+
+def test_a_noted_step_is_read_back_and_a_bad_note_is_no_note(tmp_path):
+    note = tmp_path / ".fabreg-tail-steps-x" / "low_tail-tcp-4n"
+    assert te.noted_step(str(note)) is None and te.noted_step("") is None
+    te.note_step(str(note), te.Calibration(steps=[(4, 2.1), (2, 1.6)], chosen=2))
+    assert te.noted_step(str(note)) == 2
+    assert json.loads(note.read_text()) == {"step": 2, "ratio": 1.6}
+    assert [p.name for p in note.parent.iterdir()] == [note.name]  # no temporary left
+    for bad in ("not json", '{"step": 99}', '{"step": -1}', '{"ratio": 1.5}', "[]"):
+        note.write_text(bad)
+        assert te.noted_step(str(note)) is None, bad
+    te.note_step("", te.Calibration(steps=[(4, 2.1)], chosen=4))  # no note asked: nothing
+
+
 def test_the_ladder_grows_in_intensity_and_every_environment_has_a_target_or_none():
     load = [b.size * b.window * b.duty for b in te.LADDER]
     assert load == sorted(load) and len(set(load)) == len(load)
@@ -73,14 +104,14 @@ def openmpi_probe(tmp_path_factory):
 
 
 def _drive(probe, tmp_path, environment: str, ranks: int, background_pairs: int,
-           run_s: float = 0.0):
+           run_s: float = 0.0, step_note: str = ""):
     for key, value in OMPI_ROOT.items():
         os.environ.setdefault(key, value)
     plan = te.Plan(command=["mpirun.openmpi", "--oversubscribe", "-np", str(ranks), str(probe)],
                    options=["-o", "allreduce", "-s", "65536", "-i", "400", "-k", "8",
                             "-b", str(background_pairs)],
                    environment=environment, calibration_iterations=200, calibration_blocks=4,
-                   repeats=3, run_s=run_s)
+                   repeats=3, run_s=run_s, step_note=step_note)
     plan.save(tmp_path / te.PLAN)
     proc = subprocess.run([sys.executable, "-m", "fabreg.run.tail_environment",
                            str(tmp_path / te.PLAN)], cwd=tmp_path, capture_output=True,
@@ -145,11 +176,18 @@ def test_high_tail_environment_is_calibrated_on_the_real_probe(openmpi_probe, tm
     """Real ranks, real background: the driver bisects the ladder with short runs, keeps the
     step nearest the target, and measures three runs there. Whether this host reaches the
     target depends on its load; what is asserted is what the driver must do either way."""
-    result, _ = _drive(openmpi_probe, tmp_path, "high_tail", 4, 1, run_s=0.001)
+    # an earlier job of the run (another algorithm) noted step 6: the calibration tries it
+    # first, and notes its own choice for the next job
+    note = tmp_path / "notes" / "high_tail-shm-1n"
+    note.parent.mkdir()
+    note.write_text('{"step": 6, "ratio": 2.9}')
+    result, _ = _drive(openmpi_probe, tmp_path, "high_tail", 4, 1, run_s=0.001,
+                       step_note=str(note))
     steps = result["calibration"]
-    assert 1 <= len(steps) <= math.ceil(math.log2(len(te.LADDER) + 1))
-    assert [s["step"] for s in steps][0] == (len(te.LADDER) - 1) // 2
+    assert 1 <= len(steps) <= 1 + math.ceil(math.log2(len(te.LADDER) + 1))
+    assert [s["step"] for s in steps][0] == 6 == result["calibration_started_at"]
     nearest = min(steps, key=lambda s: abs(math.log(s["ratio"] / 3.0)))
+    assert te.noted_step(str(note)) == nearest["step"]
     chosen = te.LADDER[nearest["step"]]
     assert result["background"] == {"size": chosen.size, "window": chosen.window,
                                     "duty": chosen.duty}
