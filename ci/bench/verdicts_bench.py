@@ -60,15 +60,22 @@ def reframe(work: Path, checks: Path, env: dict[str, str], cases: list[tuple[str
     seconds = time.monotonic() - start
     verdicts = {}
     for check, _ in cases:
-        log = work / "perflogs" / "minicluster" / "compute" / f"{check}.log"
-        if not log.is_file():
+        row = last_row(work, check)
+        if row is None:
             verdicts[check] = "error"
             continue
-        lines = log.read_text().splitlines()
-        row = dict(zip(lines[0].split("|"), lines[-1].split("|")))
         verdicts[check] = (row["ref_status"] if row["ref_status"] in ("inconclusive", "flaky")
                            else row["result"])
     return verdicts, seconds
+
+
+def last_row(work: Path, check: str) -> dict[str, str] | None:
+    """The last perflog row ``check`` wrote in the session ``work``, or None (none)."""
+    log = work / "perflogs" / "minicluster" / "compute" / f"{check}.log"
+    if not log.is_file():
+        return None
+    lines = log.read_text().splitlines()
+    return dict(zip(lines[0].split("|"), lines[-1].split("|")))
 
 
 def host_controls(works: list[Path], check: str) -> dict[str, list[float]]:
@@ -76,11 +83,9 @@ def host_controls(works: list[Path], check: str) -> dict[str, list[float]]:
     judged their failing values (``fabreg.run.host_control``)."""
     out: dict[str, list[float]] = {}
     for work in works:
-        log = work / "perflogs" / "minicluster" / "compute" / f"{check}.log"
-        if not log.is_file():
+        row = last_row(work, check)
+        if row is None:
             continue
-        lines = log.read_text().splitlines()
-        row = dict(zip(lines[0].split("|"), lines[-1].split("|")))
         control = json.loads(row.get("host_control") or "{}")
         for name, value in control.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool) \

@@ -10,8 +10,8 @@ the end of the job (once; after a failing value's last confirmation run, three t
 seconds apart, judged by each figure's best: a slow state lasts, a slow sample does not), and
 logs it in the ``host_control`` column; ``fabreg references calibrate`` turns the healthy
 runs' controls into the host baseline's ``host_control`` rows, and a confirmed failure
-measured while the control lay beyond its own failure limit is ``inconclusive``, with both
-figures (``fabreg.testlib.measurement``).
+measured while a figure on its path lay beyond its own failure limit, by enough to explain
+it, is ``inconclusive``, with both figures (``fabreg.testlib.measurement``).
 
 Three figures, each the best of several short batches (interference only slows them down):
 
@@ -334,9 +334,9 @@ def slow_host(control: Mapping[str, Any], baseline: Mapping[str, Reference],
         return None
     slow, factor = [], 1.0
     for name, ref in baseline.items():
-        value = control.get(name)
         if figures is not None and name not in figures:
             continue
+        value = control.get(name)
         if isinstance(value, (int, float)) and value > 0 and ref.verdict(float(value)) == "fail":
             slow.append(f"{_WORDS.get(name, name)} {value:g} {ref.unit} against its baseline "
                         f"{ref.value:g} (limit {ref.failure_limit:.3g})")

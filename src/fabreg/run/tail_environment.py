@@ -10,8 +10,9 @@ size, messages in flight, share of time streaming) by bisection, each step a sho
 the probe, until the loaded p99/p50 lands within ``tolerance`` of the target; then it
 measures ``repeats`` full runs at that setting. The run's later jobs of the same
 environment, collective, MPI, transport and node count (the other algorithms) try the step
-the last one chose first (``step_note``): on 4 MPICH nodes a calibration step takes 10-20 s, and the
-algorithms' steps mostly agree. The *quiet* environment runs no background.
+the last one chose first (``step_note``): on 4 MPICH nodes a calibration step takes 8-20 s,
+and three of four later jobs needed only that one step (session 15). The *quiet*
+environment runs no background.
 A run whose planned iterations would take longer than ``run_s`` (4 busy-polling MPICH ranks
 on 2 cores: 28 s for 1,000) runs the count that fits, costed by the launch before it at the
 same setting (the chosen calibration step, then each run; the quiet environment's first run
