@@ -204,6 +204,79 @@ def test_a_command_that_ends_between_samples_is_counted_through_the_job_script(t
     assert without.own_cpu_s < 0.1, without  # what the job script's meter read before
 
 
+def _daemon_with_a_marked_child(tmp_path: Path, name: str, token: str):
+    """An unmarked process called ``name`` (a job step daemon's stand-in by name only) that
+    starts a marked child, waits for it and lives on. The child is seen once by a meter
+    started while it sleeps, then burns 0.6 s and exits between samples. Returns the two
+    meters' figures: ``interval=60``, so nothing is sampled but the start and the stop."""
+    pids, done = tmp_path / f"{name}.pid", tmp_path / f"{name}.done"
+    child = (f"import os, time\nopen({str(pids)!r}, 'w').write(str(os.getpid()))\n"
+             "time.sleep(1.0)\nwhile time.process_time() < 0.6: pass\n")
+    daemon = ("import os, subprocess, sys, time\n"
+              f"open('/proc/self/comm', 'w').write({name!r})\n"
+              f"env = dict(os.environ, {TOKEN_VARIABLE}={token!r})\n"
+              f"subprocess.run([sys.executable, '-c', {child!r}], env=env)\n"
+              f"open({str(done)!r}, 'w').close()\ntime.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", daemon])
+    try:
+        while not pids.exists() or not pids.read_text():
+            time.sleep(0.02)
+        # own_pid=1: the daemon is not the meter's descendant, as slurmstepd is not
+        meter = InterferenceMeter(token, interval=60, own_pid=1).start()
+        deadline = time.monotonic() + 50
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert done.exists(), "the marked child did not end"
+        return meter.stop()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_what_a_job_step_daemon_reaps_of_the_jobs_processes_is_the_jobs_own(tmp_path):
+    """Ranks on the other nodes of a job run under Open MPI's orted, which slurmstepd starts
+    and waits for; what they use after the meter's last sight of them reaches slurmstepd's
+    children's time. Without counting it a 4-node allreduce on the emulated cluster read as
+    21-25 % other work on a quiet host, and none of its values was ever judged (session 15).
+    Only the step daemon is trusted so: another unmarked parent may wait for other work."""
+    token = "t" + str(os.getpid())
+    stepd = _daemon_with_a_marked_child(tmp_path, interference.STEP_DAEMON, token)
+    other = _daemon_with_a_marked_child(tmp_path, "fabreg-launch", token)
+    assert stepd.own_cpu_s >= 0.55, stepd
+    assert other.own_cpu_s < 0.1, other  # the child was seen once, before it burned
+
+
+def test_a_process_checked_before_its_exec_is_checked_again_after_it(tmp_path):
+    """A step daemon forks, then the child execs orted with the job's environment: a sample
+    between the two reads the daemon's environment. Once its name changes it is checked
+    again, and all it used counts as the job's own, not as other work."""
+    token = "t" + str(os.getpid())
+    ready, go, done = tmp_path / "ready", tmp_path / "go", tmp_path / "done"
+    burn = ("import time\nwhile time.process_time() < 0.6: pass\n"
+            f"open({str(done)!r}, 'w').close()\ntime.sleep(60)\n")
+    forked = ("import os, sys, time\nopen('/proc/self/comm', 'w').write('fabreg-forked')\n"
+              f"open({str(ready)!r}, 'w').close()\n"
+              f"while not os.path.exists({str(go)!r}): time.sleep(0.02)\n"
+              f"os.execve(sys.executable, [sys.executable, '-c', {burn!r}], "
+              f"dict(os.environ, {TOKEN_VARIABLE}={token!r}))\n")
+    proc = subprocess.Popen([sys.executable, "-c", forked])
+    try:
+        while not ready.exists():
+            time.sleep(0.02)
+        meter = InterferenceMeter(token, interval=60, own_pid=1).start()
+        go.touch()
+        deadline = time.monotonic() + 50
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert done.exists(), "the exec'd process did not burn its time"
+        figure = meter.stop()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert figure.own_cpu_s >= 0.55, figure
+    assert dict(figure.top_other).get(procfs.read_stat(os.getpid()).comm, 0) < 0.1, figure
+
+
 def test_a_launcher_and_its_ranks_ending_together_are_counted_once(tmp_path):
     """Ranks and their launcher end in one sampling interval; the driver above waits for the
     launcher and its children's ticks hold them all: counted there, not twice."""

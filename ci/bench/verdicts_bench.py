@@ -106,17 +106,19 @@ def main() -> int:
     parser.add_argument("--calibration-runs", type=int, default=8)
     parser.add_argument("--fractions", default="0.9,0.8,0.7,0.6,0.5",
                         help="link caps to try, as fractions of the calibrated bandwidth")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temporary directory (cluster logs, stage, perflogs)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="fabreg-verdicts-"))
     state = tmp / "cluster"
     env = dict(os.environ, FABREG_CLUSTER_DIR=str(state))
     cluster = [*FABREG, "cluster", "--state-dir", str(state)]
     cases = CASES[args.nodes]
-    up = run([*cluster, "up", "--nodes", str(args.nodes)], env, timeout=300)
-    if up.returncode != 0:
-        print(f"cannot bring the cluster up: {up.stderr.strip()}", file=sys.stderr)
-        return 2
     try:
+        up = run([*cluster, "up", "--nodes", str(args.nodes)], env, timeout=300)
+        if up.returncode != 0:
+            print(f"cannot bring the cluster up: {up.stderr.strip()}", file=sys.stderr)
+            return 2
         checks = tmp / "checks"
         checks.mkdir()
         shutil.copy(REPO / "checks" / "osu.py", checks)
@@ -193,6 +195,10 @@ def main() -> int:
         print(json.dumps({"healthy": healthy, "half": half, "sweep": sweep}))
     finally:
         run([*cluster, "down"], env, timeout=300)
+        if args.keep:
+            print(f"kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

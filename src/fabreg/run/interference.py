@@ -50,9 +50,11 @@ HARNESS_VARIABLE = "FABREG_HARNESS"
 #: The scheduler's daemons: they answer the job's own ``srun`` and ReFrame's polling.
 SCHEDULER_DAEMONS = frozenset({"slurmctld", "slurmd", "slurmstepd", "munged"})
 
+#: The scheduler's daemon that starts a job step's tasks on a node and waits for them.
+STEP_DAEMON = "slurmstepd"
+
 #: The kernel's thread parent: its children are the kernel's own threads.
 KTHREADD = 2
-
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,14 @@ class InterferenceMeter:
     stops, and of all it waited for, reaches the figure through it. Without it, a job of two
     MPICH ranks that busy-poll for a second lost a quarter of its own time and read as 20-30 %
     other work on a quiet host (session 11).
+
+    On the job's other nodes the marked processes (Open MPI's ``orted`` and its ranks) are
+    started and waited for by a job step's ``slurmstepd``, which is not marked: what a step
+    daemon's children used counts as the job's own once a marked process was seen as its
+    child (a step daemon runs the tasks of one step only). Without it a 4-node allreduce on
+    the emulated cluster lost a third of its own time and read as 21-25 % other work
+    (session 15). A process first seen between fork and exec still carries its parent's
+    environment; it is checked again when exec changes its name.
     """
 
     def __init__(self, token: str, interval: float = 0.25, own_pid: int | None = None,
@@ -199,11 +209,16 @@ class InterferenceMeter:
         self.own_pid = os.getpid() if own_pid is None else own_pid
         self._own: dict[tuple[int, int], _OwnProcess] = {}  # (pid, start) -> its ticks
         self._samples = 0
-        self._checked: dict[tuple[int, int], str] = {}  # (pid, start) -> own/reaped/other
+        #: (pid, start) -> (own/reaped/harness/other, its name when checked)
+        self._checked: dict[tuple[int, int], tuple[str, str]] = {}
         self._kernel: dict[tuple[int, int], list[int]] = {}  # kthread -> [first, last] ticks
         self._other: dict[tuple[int, int], list[Any]] = {}  # other -> [comm, first, last]
         self._harness: dict[tuple[int, int], list[int]] = {}  # -> [first, last] ticks
         self._harness_key = _harness_key()
+        #: Every job step daemon's waited-for children's ticks (its own are the harness's),
+        #: and the daemons seen as a marked process's parent: their children are the job's.
+        self._daemons: dict[tuple[int, int], _OwnProcess] = {}
+        self._waiters: set[tuple[int, int]] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._hz = os.sysconf("SC_CLK_TCK")
@@ -224,21 +239,25 @@ class InterferenceMeter:
         stats = [stat for pid in procfs.pids()
                  if pid != self.own_pid and (stat := procfs.read_stat(pid)) is not None]
         keys = {stat.pid: (stat.pid, stat.start) for stat in stats}
+        step_daemons = {stat.pid for stat in stats if stat.comm == STEP_DAEMON}
         for stat in stats:
             pid = stat.pid
             key = (pid, stat.start)
             if stat.ppid == KTHREADD or pid == KTHREADD:
                 self._kernel.setdefault(key, [stat.cpu_ticks, 0])[1] = stat.cpu_ticks
                 continue
-            if key not in self._checked:
+            kind, comm = self._checked.get(key, ("", ""))
+            # A process caught between fork and exec still has its parent's environment (a
+            # step daemon's child that is about to become a marked orted): it is checked
+            # again once exec has changed its name.
+            if not kind or (kind == "other" and stat.comm != comm):
                 # Our own descendants are counted whole when reaped (their CPU time joins
                 # ours), even the last fraction of a second before they exit, which sampling
                 # would miss; the job's processes elsewhere (under srun) are sampled.
-                self._checked[key] = ("reaped" if _descends_from(stat, self.own_pid) else
-                                      "own" if pid == self.job_script
-                                      or _marked(pid, self.marker) else
-                                      "harness" if key == self._harness_key else "other")
-            kind = self._checked[key]
+                kind = ("reaped" if _descends_from(stat, self.own_pid) else
+                        "own" if pid == self.job_script or _marked(pid, self.marker) else
+                        "harness" if key == self._harness_key else "other")
+                self._checked[key] = (kind, stat.comm)
             if kind == "reaped":
                 continue
             # A process born inside the window counts from zero, one seen first at start
@@ -248,11 +267,24 @@ class InterferenceMeter:
             if kind == "own":
                 own = self._own.get(key)
                 if own is None:
+                    # checked again after exec: from its birth on, it is ours
+                    if key in self._other:
+                        first = self._other.pop(key)[1]
+                    elif key in self._harness:
+                        first = self._harness.pop(key)[0]
                     own = self._own[key] = _OwnProcess(
                         first, 0, 0 if born else stat.children_ticks, 0, None, 0)
                 own.last, own.last_children = stat.cpu_ticks, stat.children_ticks
                 own.parent, own.seen = keys.get(stat.ppid), self._samples
+                if stat.ppid in step_daemons:
+                    self._waiters.add(keys[stat.ppid])
                 continue
+            if stat.comm == STEP_DAEMON:
+                waiter = self._daemons.get(key)
+                if waiter is None:
+                    waiter = self._daemons[key] = _OwnProcess(
+                        0, 0, 0 if born else stat.children_ticks, 0, None, 0)
+                waiter.last_children, waiter.seen = stat.children_ticks, self._samples
             if kind == "harness" or stat.comm in SCHEDULER_DAEMONS:
                 self._harness.setdefault(key, [first, 0])[1] = stat.cpu_ticks
                 self._other.pop(key, None)
@@ -288,7 +320,7 @@ class InterferenceMeter:
         children's ticks then hold it, and so on up (a launcher and its ranks ending in the
         same interval reach the driver that waits for the launcher): it is counted there when
         a marked ancestor was seen after it, else by itself."""
-        total = 0
+        total = sum(self._daemons[key].used for key in self._waiters if key in self._daemons)
         for own in self._own.values():
             if own.seen < self._samples and self._counted_above(own):
                 continue
@@ -297,8 +329,11 @@ class InterferenceMeter:
 
     def _counted_above(self, own: _OwnProcess) -> bool:
         ancestor, hops = own.parent, 0
-        while ancestor in self._own and hops < 64:
-            above = self._own[ancestor]
+        while hops < 64:
+            above = (self._own.get(ancestor) or
+                     (self._daemons.get(ancestor) if ancestor in self._waiters else None))
+            if above is None:
+                return False
             if above.seen > own.seen:
                 return True
             ancestor, hops = above.parent, hops + 1
