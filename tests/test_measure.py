@@ -192,10 +192,7 @@ def test_a_command_that_ends_between_samples_is_counted_through_the_job_script(t
         # when it reaps it: own_pid=1 meters as from beside it.)
         counted = InterferenceMeter(token, interval=60, own_pid=1, job_script=job.pid).start()
         blind = InterferenceMeter(token, interval=60, own_pid=1).start()
-        deadline = time.monotonic() + 50
-        while not done.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert done.exists(), "the command did not end"
+        _wait_for(done, "the command did not end")
         with_script, without = counted.stop(), blind.stop()
     finally:
         job.kill()
@@ -204,11 +201,19 @@ def test_a_command_that_ends_between_samples_is_counted_through_the_job_script(t
     assert without.own_cpu_s < 0.1, without  # what the job script's meter read before
 
 
+def _wait_for(path: Path, what: str, seconds: float = 50) -> None:
+    """Wait until ``path`` exists; fail the test naming ``what`` did not happen."""
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.exists(), what
+
+
 def _daemon_with_a_marked_child(tmp_path: Path, name: str, token: str):
     """An unmarked process called ``name`` (a job step daemon's stand-in by name only) that
     starts a marked child, waits for it and lives on. The child is seen once by a meter
-    started while it sleeps, then burns 0.6 s and exits between samples. Returns the two
-    meters' figures: ``interval=60``, so nothing is sampled but the start and the stop."""
+    started while it sleeps, then burns 0.6 s and exits between samples. Returns the meter's
+    figure: ``interval=60``, so nothing is sampled but the start and the stop."""
     pids, done = tmp_path / f"{name}.pid", tmp_path / f"{name}.done"
     child = (f"import os, time\nopen({str(pids)!r}, 'w').write(str(os.getpid()))\n"
              "time.sleep(1.0)\nwhile time.process_time() < 0.6: pass\n")
@@ -223,10 +228,7 @@ def _daemon_with_a_marked_child(tmp_path: Path, name: str, token: str):
             time.sleep(0.02)
         # own_pid=1: the daemon is not the meter's descendant, as slurmstepd is not
         meter = InterferenceMeter(token, interval=60, own_pid=1).start()
-        deadline = time.monotonic() + 50
-        while not done.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert done.exists(), "the marked child did not end"
+        _wait_for(done, "the marked child did not end")
         return meter.stop()
     finally:
         proc.kill()
@@ -265,10 +267,7 @@ def test_a_process_checked_before_its_exec_is_checked_again_after_it(tmp_path):
             time.sleep(0.02)
         meter = InterferenceMeter(token, interval=60, own_pid=1).start()
         go.touch()
-        deadline = time.monotonic() + 50
-        while not done.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert done.exists(), "the exec'd process did not burn its time"
+        _wait_for(done, "the exec'd process did not burn its time")
         figure = meter.stop()
     finally:
         proc.kill()
