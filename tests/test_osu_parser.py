@@ -123,6 +123,23 @@ def test_rows_survive_interleaved_ucx_and_btl_logging(golden):
     assert r.sizes == [8]
 
 
+def test_a_ucx_log_line_spliced_into_the_header_is_dropped():
+    """4 MPICH ranks over UCX with UCX_LOG_LEVEL=info: another rank's log line landed inside
+    OSU's column header, and the whole table was lost (session 16's 4-node run)."""
+    text = ("# OSU MPI Allgather Latency Test v7.2\n# Datatype: MPI_CHAR.\n"
+            "# Size       Avg Latency(us)        Validation[1795528600.260816] "
+            "[node2:17532:0]      ucp_worker.c:1763 UCX  INFO    ep_cfg[0]: tag(tcp/fab0) "
+            "rma_am(tcp/fab0) am(tcp/fab0)\n\n"
+            "[1795528600.262530] [node2:17532:0]      ucp_worker.c:1763 UCX  INFO    ep_cfg[1]: "
+            "tag(self/memory0 tcp/fab0)\n"
+            "1                    6376.87              Pass\n"
+            "131072              54536.41              Pass\n")
+    r = parse_osu(text)
+    assert r.columns == ["Avg Latency(us)", "Validation"], r.columns
+    assert r.sizes == [1, 131072] and r.value(131072) == 54536.41
+    assert table_problem(r, "osu_allgather", [1, 131072]) is None
+
+
 def test_slurm_chatter_around_the_table(golden):
     r = parse_osu(_text(golden, "minicluster-2nodes-4ranks-openmpi-tcp-osu_allreduce.txt"))
     assert r.sizes == powers_of_two(1, 4194304)

@@ -16,6 +16,9 @@ _DATATYPE = re.compile(r"^# Datatype: (?P<dtype>\S+?)\.?\s*$")
 _COLUMNS = re.compile(r"^# Size\s+(?P<rest>.+)$")
 _ROW = re.compile(r"^(?P<size>\d+)\s+(?P<rest>[-+0-9.eE]+(?:\s+\S+)*)\s*$")
 _COLUMN_SPLIT = re.compile(r"\s{2,}")
+#: A UCX log line (``[<time>] [<host>:<pid>:<thread>] ...``) that another rank wrote into the
+#: middle of one of OSU's lines: it runs to the end of that line (seen on 4 MPICH ranks).
+_SPLICED_UCX_LOG = re.compile(r"\[\d+\.\d+\] +\[[^\]\s]+:\d+:\d+\].*$")
 
 # Titles as OSU 7.x prints them, keyed by binary name.
 TITLES: dict[str, str] = {
@@ -93,6 +96,8 @@ def parse_osu(text: str) -> OsuResult:
     result = OsuResult()
     for raw in text.splitlines():
         line = raw.rstrip()
+        if not line.startswith("["):
+            line = _SPLICED_UCX_LOG.sub("", line).rstrip()
         if m := _TITLE.match(line):
             if result.title is None:
                 result.title, result.version = m["title"], m["version"]
