@@ -96,7 +96,7 @@ def parse_osu(text: str) -> OsuResult:
     result = OsuResult()
     for raw in text.splitlines():
         line = raw.rstrip()
-        if not line.startswith("["):
+        if not line.startswith("["):  # a whole log line stays as it is, for the preamble
             line = _SPLICED_UCX_LOG.sub("", line).rstrip()
         if m := _TITLE.match(line):
             if result.title is None:
