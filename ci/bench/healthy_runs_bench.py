@@ -16,12 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,15 +53,40 @@ def perflog_verdicts(perflogs: Path) -> Counter[str]:
     return counts
 
 
+@contextmanager
+def forwarded_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Pass TERM and INT on to ReFrame, so that a bench ended by ``timeout`` or Ctrl-C ends
+    its session (ReFrame then cancels its jobs) instead of leaving it running; the bench exits
+    once ReFrame has (the handler must not wait itself: ``Popen.wait`` is not reentrant)."""
+    received: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if received:
+        print(f"bench ended by signal {received[0]}; ReFrame exited with {proc.returncode}",
+              file=sys.stderr)
+        sys.exit(128 + received[0])
+
+
 def session(prefix: Path, extra: list[str]) -> dict[str, object]:
     prefix.mkdir(parents=True)
     report = prefix / "report.json"
     start = time.monotonic()
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [str(REFRAME), "-C", str(REPO / "reframe-config.py"), "-c", str(REPO / "checks"),
          "--prefix", str(prefix), "--report-file", str(report), "-r", *extra],
         cwd=prefix, env=dict(os.environ, FABREG_PERFLOG_DIR=str(prefix / "perflogs")),
-        capture_output=True, text=True)
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with forwarded_signals(proc):
+        proc.wait()
     seconds = time.monotonic() - start
     cases = json.loads(report.read_text())["runs"][-1]["testcases"] if report.is_file() else []
     results = Counter(str(c.get("result")) for c in cases)
