@@ -21,8 +21,10 @@ from statistics import median
 
 import reframe as rfm
 import reframe.utility.sanity as sn
+from reframe.core.backends import getlauncher
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import PerformanceError, SanityError
+from reframe.core.logging import getlogger
 
 from fabreg import isolation, schema
 from fabreg.run import sweep_suspects
@@ -35,6 +37,8 @@ from fabreg.testlib.workloads import ProbeCheck
 MB = 1 << 20
 #: The confirming sweep's output (stage and output directory).
 CONFIRMATION = "sweep-confirmation.out"
+#: The first sweep's launch (``fabreg.run.launch --result``): whether it hung after its table.
+LAUNCH = "sweep-launch.json"
 #: Up to this many nodes the sweep measures every pair (n - 1 rounds).
 ALL_PAIRS_UP_TO = 32
 
@@ -67,6 +71,12 @@ class Sweep(MeteredJob, ProbeCheck):
     pair_table = variable(str, value="", loggable=True)
     #: The suspects this run named, one line each (empty: none).
     suspects_named = variable(str, value="", loggable=True)
+    #: Seconds the sweep may go on after printing its complete table before it is ended as
+    #: hung, its pairs kept (``fabreg.run.launch``; 3 s once a launch of the run hung so).
+    #:
+    #: :type: ``float``
+    #: :default: ``20.0``
+    hang_grace = variable(float, value=20.0, loggable=False)
 
     @run_after("init")
     def sweep_whole_partitions(self) -> None:
@@ -104,16 +114,42 @@ class Sweep(MeteredJob, ProbeCheck):
                                 "-r", str(self.repeats), "-i", str(self.iterations),
                                 "-R", str(self.max_rounds)]
 
+    def graced_launch(self, sweep: list[str], output: str | None) -> list[str]:
+        """``sweep`` run through ``fabreg.run.launch``: ended ``hang_grace`` s after its
+        complete results if it has not exited (MPICH 4.0 with UCX over TCP hangs in
+        ``MPI_Finalize``: a 4-node sweep waited out its 10-min limit with its table
+        printed)."""
+        return [sys.executable, "-m", "fabreg.run.launch", "--until", f"# end {self.benchmark}",
+                "--grace", f"{self.hang_grace:g}", "--hang-note", self.hang_note(),
+                *(["--output", output] if output else ["--result", LAUNCH]), "--", *sweep]
+
     @run_before("run", always_last=True)
-    def confirm_suspects_with_a_second_sweep(self) -> None:
-        """After the sweep, while the job is still metered: the same sweep again, only when
-        the first named a suspect (``fabreg.run.sweep_suspects``)."""
-        sweep = shlex.join([*self.launcher_argv(), self.executable, *self.executable_opts])
+    def launch_graced_and_confirm_suspects(self) -> None:
+        """The sweep through the graced launcher; after it, while the job is still metered,
+        the same sweep again, only when the first named a suspect
+        (``fabreg.run.sweep_suspects``)."""
+        sweep = [*self.launcher_argv(), self.executable, *self.executable_opts]
         first = shlex.quote(str(self.stdout.evaluate()))
         self.postrun_cmds = [
             f"if {shlex.quote(sys.executable)} -m fabreg.run.sweep_suspects {first}; then "
-            f"{sweep} > {CONFIRMATION} 2>&1; fi", *self.postrun_cmds]
-        self.keep_files = [*self.keep_files, CONFIRMATION]
+            f"{shlex.join(self.graced_launch(sweep, CONFIRMATION))}; fi", *self.postrun_cmds]
+        self.job.launcher = getlauncher("local")()
+        # ReFrame joins the command unquoted: '# end ...' would start a shell comment
+        self.executable, *self.executable_opts = map(shlex.quote,
+                                                     self.graced_launch(sweep, None))
+        self.keep_files = [*self.keep_files, CONFIRMATION, LAUNCH]
+
+    @run_before("performance")
+    def warn_of_a_hang(self) -> None:
+        """Say so when the sweep was ended after its table (``fabreg.run.launch``)."""
+        try:
+            hung = json.loads(Path(self.stagedir, LAUNCH).read_text())["hung_after_results"]
+        except (OSError, ValueError, KeyError):
+            return
+        if hung:
+            getlogger().warning(
+                f"{self.display_name}: the sweep printed its complete results and then hung; "
+                f"ended after at most {self.hang_grace:g} s, its pairs are judged")
 
     def result(self) -> SweepResult:
         with reframe_errors():
@@ -146,6 +182,8 @@ class Sweep(MeteredJob, ProbeCheck):
 
     @run_before("performance")
     def log_pairs(self) -> None:
+        if self.is_dry_run():  # nothing ran: no table to log
+            return
         result = self.result()
         self.pair_table = json.dumps({
             "fields": list(schema.PAIR_TABLE_FIELDS),

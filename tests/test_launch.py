@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 import time
 
 import pytest
@@ -72,3 +75,39 @@ def test_the_first_hang_of_a_run_is_the_one_noted(tmp_path, existing):
     launch.run_once(HANGS, [], tmp_path / "out", _complete, 0.5, dict(os.environ),
                     hang_note=str(note))
     assert (note.read_text() == "earlier\n") == existing
+
+
+def _launch_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fabreg.run.launch", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.skipif(shutil.which("mpiexec.mpich") is None, reason="needs MPICH's mpiexec")
+def test_the_command_line_ends_mpi_ranks_that_hang_after_their_results(tmp_path):
+    """The sweep's launch: real MPI ranks print their results and never exit; the launch is
+    ended after the grace with status 0, the output kept, the hang said and noted."""
+    marker = f"sleep {6000 + os.getpid() % 1000}"
+    ranks = ["mpiexec.mpich", "-n", "2", "sh", "-c", f"echo 'pair 1 2 900.5'; "
+             f"echo '# end fabreg_sweep status=ok'; exec {marker}"]
+    note, result = tmp_path / "hangs" / "tcp-2n", tmp_path / "launch.json"
+    start = time.monotonic()
+    proc = _launch_cli("--until", "# end fabreg_sweep", "--grace", "1", "--hang-note",
+                       str(note), "--result", str(result), "--", *ranks)
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - start < 30
+    assert proc.stdout.count("pair 1 2 900.5") == 2
+    assert "printed its complete results and did not exit within 1 s" in proc.stderr
+    assert json.loads(result.read_text())["hung_after_results"] is True
+    assert note.is_file()
+    assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 1
+
+
+def test_the_command_line_keeps_the_benchmarks_status_and_writes_its_output(tmp_path):
+    out = tmp_path / "confirmation.out"
+    proc = _launch_cli("--until", "# end", "--output", str(out), "--",
+                       "sh", "-c", "echo 'no end line'; exit 3")
+    assert proc.returncode == 3 and proc.stdout == ""
+    assert out.read_text() == "no end line\n"
+    proc = _launch_cli("--until", "# end", "--", "/nonexistent/fabreg_sweep")
+    assert proc.returncode == 127
+    assert proc.stderr.startswith("fabreg: cannot launch /nonexistent/fabreg_sweep: ")

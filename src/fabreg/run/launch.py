@@ -10,10 +10,21 @@ job's later launches get a short grace (``grace_after``), and so do the later jo
 same ReFrame run that launch the same way: a launch that hung leaves a *hang note* (a file
 the check names, one per MPI, transport and node count in the run), and a job that finds
 it starts with the short grace.
+
+A check that launches its benchmark once, without a driver of its own (the sweep), runs it
+through this module's command line::
+
+    python -m fabreg.run.launch --until '# end fabreg_sweep' [--grace 20] [--hang-note FILE]
+        [--output FILE] [--result FILE] -- mpiexec -n 4 fabreg_sweep ...
+
+The launch's output goes to ``--output`` (default: this process's stdout); its status is the
+benchmark's, or 0 when it was ended after its complete results (said on stderr); ``--result``
+gets the launch as JSON (``summary``).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -191,3 +202,44 @@ def driver_main(module: str, argv: list[str] | None, plan_type: type[JsonPlan],
         print("fabreg: a benchmark run printed its complete results and then did not exit; "
               "ended it, results kept", file=sys.stderr)
     return int(result.get("returncode", 0))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fabreg.run.launch --until TEXT ... -- COMMAND...`` (module docstring)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m fabreg.run.launch",
+        description="Run a benchmark once; end it GRACE s after it printed a line starting "
+                    "with TEXT (its results are complete) if it has not exited by then.")
+    parser.add_argument("--until", required=True, metavar="TEXT",
+                        help="the start of the line that ends the benchmark's output")
+    parser.add_argument("--grace", type=float, default=20.0, metavar="SECONDS")
+    parser.add_argument("--hang-note", default="", metavar="FILE",
+                        help="left when the launch hangs; when it exists, the grace is "
+                             f"{KNOWN_HANG_GRACE_S:g} s")
+    parser.add_argument("--output", type=Path, metavar="FILE",
+                        help="where the output goes (default: stdout)")
+    parser.add_argument("--result", type=Path, metavar="FILE", help="the launch, as JSON")
+    parser.add_argument("command", nargs="+", help="the launch (after --)")
+    args = parser.parse_args(argv)
+    until = args.until.encode()
+    grace = grace_after([], args.grace, args.hang_note)
+    try:
+        done = run_once(args.command, [], args.output or Path(os.devnull),
+                        lambda line: line.startswith(until),
+                        grace, dict(os.environ),
+                        echo=args.output is None, hang_note=args.hang_note)
+    except OSError as err:
+        print(f"fabreg: cannot launch {args.command[0]}: {err}", file=sys.stderr)
+        return 127
+    if args.result:
+        args.result.write_text(json.dumps(summary([done]), indent=1) + "\n")
+    if done.hung_after_results:
+        print(f"fabreg: {args.command[0]} printed its complete results and did not exit "
+              f"within {grace:g} s of them; ended it, "
+              "results kept", file=sys.stderr)
+        return 0
+    return done.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
