@@ -97,7 +97,8 @@ def test_the_command_line_ends_mpi_ranks_that_hang_after_their_results(tmp_path)
     assert time.monotonic() - start < 30
     assert proc.stdout.count("pair 1 2 900.5") == 2
     assert "printed its complete results and did not exit within 1 s" in proc.stderr
-    assert json.loads(result.read_text())["hung_after_results"] is True
+    (launched,) = json.loads(result.read_text())["launches"]
+    assert launched["hung_after_results"] is True and launched["output"] == "stdout"
     assert note.is_file()
     assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 1
 

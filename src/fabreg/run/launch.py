@@ -231,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         print(f"fabreg: cannot launch {args.command[0]}: {err}", file=sys.stderr)
         return 127
+    if args.output is None:
+        done.output = "stdout"
     if args.result:
         args.result.write_text(json.dumps(summary([done]), indent=1) + "\n")
     if done.hung_after_results:
