@@ -30,7 +30,7 @@ from fabreg import isolation, schema
 from fabreg.run import sweep_suspects
 from fabreg.run.parsers.probes import ProbeOutputError, SweepResult, parse_sweep
 from fabreg.run.siteconfig import pinned_node_count
-from fabreg.testlib.base import max_nodes, partitions, reframe_errors
+from fabreg.testlib.base import max_nodes, partitions, reframe_errors, stage_json
 from fabreg.testlib.metering import MeteredJob
 from fabreg.testlib.workloads import ProbeCheck
 
@@ -142,11 +142,7 @@ class Sweep(MeteredJob, ProbeCheck):
     @run_before("performance")
     def warn_of_a_hang(self) -> None:
         """Say so when the sweep was ended after its table (``fabreg.run.launch``)."""
-        try:
-            hung = json.loads(Path(self.stagedir, LAUNCH).read_text())["hung_after_results"]
-        except (OSError, ValueError, KeyError):
-            return
-        if hung:
+        if (stage_json(self.stagedir, LAUNCH) or {}).get("hung_after_results"):
             getlogger().warning(
                 f"{self.display_name}: the sweep printed its complete results and then hung; "
                 f"ended after at most {self.hang_grace:g} s, its pairs are judged")

@@ -14,6 +14,7 @@ ucx_perftest through ``ClientServerCheck``) derives from it, so each gets the sa
 from __future__ import annotations
 
 import contextlib
+import json
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,15 @@ from fabreg.errors import FabregError
 from fabreg.testlib.counters import FabricCounters
 from fabreg.testlib.jobs import SchedulerEndingMixin
 from fabreg.testlib.references import ReferencesMixin
+
+
+def stage_json(stagedir: str, name: str) -> dict[str, Any] | None:
+    """The JSON object a job left in its stage directory (a driver's result, the meter's
+    figure), or None when the job did not write it (a dry run, a job killed first)."""
+    try:
+        return dict(json.loads(Path(stagedir, name).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 @contextlib.contextmanager

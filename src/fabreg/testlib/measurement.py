@@ -30,7 +30,6 @@ job alone), ``confirmation`` (the first value of each re-measured figure) and
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,7 @@ from fabreg.run.interference import (
 )
 from fabreg.run.launch import KNOWN_HANG_GRACE_S
 from fabreg.run.references import Assessment
+from fabreg.testlib.base import stage_json
 
 
 class ConfirmedValues(rfm.RegressionTestPlugin):
@@ -118,10 +118,7 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
 
     def driver_result(self, name: str) -> dict[str, Any] | None:
         """The driver's JSON file ``name`` in the stage directory, or None (none written)."""
-        try:
-            return dict(json.loads(Path(self.stagedir, name).read_text()))
-        except (OSError, ValueError):
-            return None
+        return stage_json(self.stagedir, name)
 
     def confirmation_settings(self) -> dict[str, Any]:
         """How the in-job driver repeats and confirms: the fields every driver's plan shares."""

@@ -9,11 +9,9 @@ job's own. See docs/references.md, "How a value is judged".
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 import reframe as rfm
@@ -27,6 +25,7 @@ from fabreg.run.interference import (
     harness_identity,
 )
 from fabreg.run.references import Assessment
+from fabreg.testlib.base import stage_json
 
 FIGURE = "interference.json"
 STOP = "interference.stop"
@@ -58,11 +57,7 @@ class MeteredJob(rfm.RegressionTestPlugin):
         self.keep_files = [*self.keep_files, FIGURE]
 
     def metered(self) -> dict[str, Any] | None:
-        path = Path(self.stagedir, FIGURE)
-        try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
+        return stage_json(self.stagedir, FIGURE)
 
     def contended(self) -> bool:
         """Did other work take more than ``contended_share`` of the CPU during the job?"""
