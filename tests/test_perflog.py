@@ -130,9 +130,11 @@ def test_finds_rotated_header_files_and_results_db(tmp_path: Path):
         (d / name).write_text(HEADER + "\n")
     (tmp_path / "results.db").write_bytes(b"")
     (tmp_path / "fabreg.db").write_bytes(b"")
-    logs, dbs = perflog.find_inputs([tmp_path])
-    assert sorted(p.name for p in logs) == ["A.log", "A.log.h0", "A.log.h1"]
-    assert [p.name for p in dbs] == ["results.db"]
+    (tmp_path / "run-report-1.json").write_text("{}")
+    found = perflog.find_inputs([tmp_path])
+    assert sorted(p.name for p in found.perflogs) == ["A.log", "A.log.h0", "A.log.h1"]
+    assert [p.name for p in found.dbs] == ["results.db"]
+    assert [p.name for p in found.reports] == ["run-report-1.json"]
 
 
 def test_unreadable_results_db_is_a_problem_not_a_crash(tmp_path: Path):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
-from fabreg.review import filemarks, perflog
+from fabreg.review import filemarks, perflog, run_report
 from fabreg.review.progress import Progress
 from fabreg.review.store import IngestCount, Store
 
@@ -22,9 +22,11 @@ PROBLEMS_SHOWN_PER_FILE = 3
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "ingest", help="read ReFrame perflogs and results DBs into the store",
-        description="Read ReFrame filelog perflogs (*.log, *.log.h0, ...) and results "
-                    "databases (results.db) under each PATH into the store. What an earlier "
+        "ingest", help="read ReFrame perflogs, results DBs and run reports into the store",
+        description="Read ReFrame filelog perflogs (*.log, *.log.h0, ...; every layout since "
+                    "ReFrame 2.x, headerless or with a header), results databases "
+                    "(results.db) and JSON run reports (*.json) under each PATH into the "
+                    "store. What an earlier "
                     "ingest read is not read again: only the lines appended since (a file "
                     "that was replaced, truncated or rewritten is read again from its "
                     "start; values the store holds are never duplicated). Exit 1 if lines "
@@ -48,6 +50,12 @@ class _Tally:
         self.problems: dict[str, list[perflog.Problem]] = {}
         self.lines_of: dict[str, int] = {}
         self.partial: list[str] = []
+        self.layouts: list[str] = []  # one line per file read from its start
+
+    def layout(self, path: Path, layouts: dict[str, int]) -> None:
+        if layouts:
+            said = "; ".join(f"{name}: {n} line(s)" for name, n in layouts.items())
+            self.layouts.append(f"{path}: {said}")
 
     def count(self, path: Path, count: IngestCount, problems: list[perflog.Problem],
               lines: int = 0) -> None:
@@ -75,7 +83,34 @@ def _read_perflog(store: Store, path: Path, marks: filemarks.MarkIndex, reread: 
         return
     chunk = perflog.read_perflog_bytes(new.data, str(path), new.header, new.first_line)
     count = store.add(chunk.samples, mark=new.mark(chunk.header))
-    tally.count(path, count, chunk.problems, chunk.lines)
+    problems = chunk.problems
+    if new.first_line == 1:
+        tally.layout(path, chunk.layouts)
+        if not chunk.layouts and len(problems) > 1:
+            # No line of the file is in any layout: one line for the file, not one per line.
+            problems = [perflog.Problem(str(path), 0, f"not a perflog: none of its "
+                                        f"{len(problems)} line(s) is in a ReFrame layout "
+                                        f"(line {problems[0].line}: {problems[0].reason})")]
+    tally.count(path, count, problems, chunk.lines)
+
+
+def _read_run_report(store: Store, path: Path, marks: filemarks.MarkIndex, reread: bool,
+                     tally: _Tally) -> None:
+    try:
+        unchanged, mark = filemarks.results_db_unchanged(path, marks)
+    except OSError as err:
+        tally.count(path, IngestCount(), [perflog.Problem(
+            str(path), 0, f"cannot read: {err.strerror or err}")])
+        return
+    if unchanged and not reread:
+        tally.unchanged += 1
+        return
+    report = run_report.read_run_report(path)
+    if report.layout:
+        tally.layout(path, {report.layout: len(report.samples)})
+    count = store.add(report.samples, report.sessions, report.links, from_results_db=True,
+                      mark=mark if report.layout else None)
+    tally.count(path, count, report.problems)
 
 
 def _read_results_db(store: Store, path: Path, marks: filemarks.MarkIndex, reread: bool,
@@ -97,30 +132,37 @@ def _read_results_db(store: Store, path: Path, marks: filemarks.MarkIndex, rerea
 
 def run_ingest(args: argparse.Namespace) -> int:
     try:
-        logs, dbs = perflog.find_inputs(args.paths)
+        found = perflog.find_inputs(args.paths)
     except FileNotFoundError as err:
         raise FabregError(f"no such file or directory: {err}") from None
     store_path = db_path(args.db).resolve()
-    dbs = [p for p in dbs if p.resolve() != store_path]  # never read the store itself
+    logs, reports = found.perflogs, found.reports
+    dbs = [p for p in found.dbs if p.resolve() != store_path]  # never read the store itself
     # Perflogs first: they are the reference copy of each value (see Store.add).
-    inputs = [(p, "log") for p in logs] + [(p, "db") for p in dbs]
+    inputs = ([(p, "log") for p in logs] + [(p, "db") for p in dbs]
+              + [(p, "report") for p in reports])
     if not inputs:
-        raise FabregError(f"no perflogs (*.log, *.log.hN) or results DB under "
-                          f"{', '.join(args.paths)}")
+        raise FabregError(f"no perflogs (*.log, *.log.hN), results DB or run reports "
+                          f"(*.json) under {', '.join(args.paths)}")
     progress = Progress("ingest", len(inputs), enabled=not args.quiet)
     tally = _Tally()
     with Store(db_path(args.db)) as store:
         marks = filemarks.MarkIndex(store.file_marks())
         for i, (path, what) in enumerate(inputs, start=1):
-            read = _read_results_db if what == "db" else _read_perflog
+            read = {"db": _read_results_db, "report": _read_run_report,
+                    "log": _read_perflog}[what]
             read(store, path, marks, args.reread, tally)
             progress(i, detail=f"{tally.added} new values")
         nseries, nvalues = store.count()
+    if not args.quiet:
+        for said in tally.layouts:
+            print(f"fabreg: read {said}", file=sys.stderr)
     nproblems = _report_problems(tally, args.all_problems)
     for where in tally.partial:
         print(f"fabreg: note: {where} has no line end yet (still being written?): left for "
               "the next ingest", file=sys.stderr)
-    print(f"ingested {len(inputs)} file(s) ({len(logs)} perflog, {len(dbs)} results DB; "
+    print(f"ingested {len(inputs)} file(s) ({len(logs)} perflog, {len(dbs)} results DB, "
+          f"{len(reports)} run report; "
           f"{tally.unchanged} unchanged since the last ingest): {tally.lines} new line(s), "
           f"{tally.added} new value(s), {tally.seen - tally.added} already stored, "
           f"{tally.sessions} session(s) updated, {nproblems} problem(s); store "

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from fabreg.review import headerless_perflog
 from fabreg.schema import (
     NOT_PARAMETERS,
     PAIR_METRIC_UNITS,
@@ -271,6 +272,11 @@ class _Header:
     attr_columns: list[tuple[str, int]]
     #: system and partition from the ``<system>/<partition>/`` path, for formats without them
     place: tuple[str, str] = ("", "")
+    sep: str = "|"
+    #: name -> (column, position, separators) of a combined column such as ``system:partition``
+    derived: dict[str, tuple[int, int, tuple[str, ...]]] = field(default_factory=dict)
+    #: the test name for a format without a name column: the file's (``OsuLatency.log``)
+    file_test: str = ""
     memo: dict = field(default_factory=dict)  # raw name+attributes -> parsed
     numbers: dict = field(default_factory=dict)  # raw ref+thresholds -> floats
 
@@ -279,6 +285,51 @@ class _Header:
 #: it finished and which test it was (system and partition may come from the path).
 _WHEN = ("job_completion_time", "job_completion_time_unix")
 _WHICH = ("name", "display_name")
+
+
+#: The separators ReFrame's ``format`` can put between columns, in the order they are tried.
+SEPARATORS: tuple[str, ...] = ("|", ",", ";", "\t")
+_SEPARATOR_NAMES = {"|": "'|'", ",": "','", ";": "';'", "\t": "tab"}
+#: Columns a site's format may log as one (``%(check_system)s:%(check_partition)s``).
+_COMBINABLE = frozenset({"system", "partition", "environ"})
+
+
+def header_separator(line: str) -> str | None:
+    """The separator of a header line (one that names its columns), or None for a data line."""
+    for sep in SEPARATORS:
+        if any(c.strip() in _WHEN for c in line.split(sep, 8)[:8]):
+            return sep
+    return None
+
+
+def _combined_columns(columns: list[str]) -> dict[str, tuple[int, int, tuple[str, ...]]]:
+    derived = {}
+    for i, column in enumerate(columns):
+        parts = re.split(r"([:+@])", column)
+        names, seps = parts[0::2], tuple(parts[1::2])
+        if len(names) > 1 and all(n in _COMBINABLE for n in names):
+            for position, name in enumerate(names):
+                derived[name] = (i, position, seps)
+    return derived
+
+
+def _split_combined(value: str, position: int, seps: tuple[str, ...]) -> str:
+    """``'daint:gpu+gnu'`` split by the column's own separators, the part at ``position``."""
+    parts = []
+    rest = value
+    for sep in seps:
+        head, found, rest = rest.partition(sep)
+        parts.append(head)
+        if not found:
+            rest = ""
+    parts.append(rest)
+    return parts[position].strip() if position < len(parts) else ""
+
+
+def test_from_file(source: str) -> str:
+    """``.../OsuLatency.log.h1`` -> ``OsuLatency``: where the format logs no test name."""
+    name = Path(source).name
+    return re.sub(r"\.log(\.h\d+)?$", "", name)
 
 
 def _parse_header(line: str, source: str = "") -> _Header:
@@ -290,17 +341,22 @@ def _parse_header(line: str, source: str = "") -> _Header:
     ``V_unit``. ReFrame's own bookkeeping and ``fabreg.schema.NOT_PARAMETERS`` describe one
     run; every other column is a parameter of the series.
     """
-    columns = line.rstrip("\n").split("|")
+    sep = header_separator(line) or "|"
+    columns = [c.strip() for c in line.rstrip("\r\n").split(sep)]
     while columns and columns[-1] == "":
         columns.pop()
     index = {name: i for i, name in enumerate(columns)}
+    derived = _combined_columns(columns)
     if not any(c in index for c in _WHEN):
         raise ValueError("header lacks column job_completion_time")
+    file_test = ""
     if not any(c in index for c in _WHICH):
-        raise ValueError("header lacks column name (or display_name)")
+        file_test = test_from_file(source)
+        if not file_test:
+            raise ValueError("header lacks column name (or display_name)")
     place = _place(source)
     lacking = [c for c, known in (("system", place[0]), ("partition", place[1]))
-               if c not in index and not known]
+               if c not in index and c not in derived and not known]
     if lacking:
         raise ValueError(f"header lacks column(s) {', '.join(lacking)} and the file is not "
                          "under <system>/<partition>/")
@@ -314,8 +370,18 @@ def _parse_header(line: str, source: str = "") -> _Header:
     perfvar_columns = [(v, tuple(index.get(v + suffix, -1) for suffix in PERFVAR_SUFFIXES))
                        for v in perfvars]
     attrs = [c for c in columns if c in NOT_PARAMETERS and c not in ("hashcode", "tags")]
+    taken.update(columns[i] for i, _, _ in derived.values())
+    params = [c for c in params if c not in taken]
     return _Header(columns, index, perfvars, params, perfvar_columns,
-                   [(p, index[p]) for p in params], [(a, index[a]) for a in attrs], place)
+                   [(p, index[p]) for p in params], [(a, index[a]) for a in attrs], place,
+                   sep=sep, derived=derived, file_test=file_test)
+
+
+def header_layout(header: _Header) -> str:
+    """How ingest names a header layout: ``header, '|'-separated, 12 columns``."""
+    return (f"header, {_SEPARATOR_NAMES[header.sep]}-separated, {len(header.columns)} columns"
+            + (", system and partition in one column" if header.derived else "")
+            + (", test name from the file name" if header.file_test else ""))
 
 
 def _place(source: str) -> tuple[str, str]:
@@ -326,8 +392,7 @@ def _place(source: str) -> tuple[str, str]:
 
 def _is_header(line: str) -> bool:
     """A header names its columns; no data line has a field called job_completion_time."""
-    return "job_completion_time" in line.split("|", 3)[:3] or line.startswith(
-        "job_completion_time")
+    return header_separator(line) is not None
 
 
 def read_perflog_lines(lines: Iterable[str], source: str) -> tuple[list[Sample], list[Problem]]:
@@ -344,15 +409,30 @@ class PerflogChunk:
     problems: list[Problem]
     lines: int  # lines read
     header: str  # the header line in force after the last line ('' if none is)
+    #: layout -> lines read in it (``headerless 'Test on sys:part using env', ...``)
+    layouts: dict[str, int] = field(default_factory=dict)
+
+
+#: Why a line that fits no layout was skipped.
+NOT_A_PERFLOG_LINE = ("data line before any valid header line, and not a headerless "
+                      "ReFrame line (no test info, jobid= or ref= field)")
 
 
 def read_perflog_chunk(lines: Iterable[str], source: str, header_line: str = "",
                        first_line: int = 1) -> PerflogChunk:
     """Parse lines of one perflog file starting at line ``first_line``, under the header line
-    ``header_line`` when they do not start with one (an ingest resuming mid-file)."""
+    ``header_line`` when they do not start with one (an ingest resuming mid-file).
+
+    Each line is read in the layout it is written in: under a header, a line with the
+    header's columns; otherwise a headerless ReFrame line (2.x/3.x default and its site
+    variants, :mod:`fabreg.review.headerless_perflog`). A file that changes layout midway is
+    read in both.
+    """
     samples: list[Sample] = []
     problems: list[Problem] = []
+    layouts: dict[str, int] = {}
     header: _Header | None = None
+    place = _place(source)
     if header_line:
         try:
             header = _parse_header(header_line, source)
@@ -371,23 +451,57 @@ def read_perflog_chunk(lines: Iterable[str], source: str, header_line: str = "",
                 header, header_line = None, ""
                 problems.append(Problem(source, lineno, f"bad header: {err}"))
             continue
-        if header is None:
-            problems.append(Problem(source, lineno, "data line before any valid header line"))
-            continue
-        fields = line.split("|")
-        ncols = len(header.columns)
-        # ReFrame's perf-variable format ends in '|': tolerate trailing empty fields.
-        while len(fields) > ncols and fields[-1] == "":
-            fields.pop()
-        if len(fields) != ncols:
+        fields: list[str] = []
+        if header is not None:
+            fields = line.split(header.sep)
+            ncols = len(header.columns)
+            # ReFrame's perf-variable format ends in '|': tolerate trailing empty fields.
+            while len(fields) > ncols and fields[-1] == "":
+                fields.pop()
+            if len(fields) == ncols:
+                try:
+                    samples.extend(_line_samples(header, fields, source))
+                    layout = header_layout(header)
+                    layouts[layout] = layouts.get(layout, 0) + 1
+                except ValueError as err:
+                    problems.append(Problem(source, lineno, str(err)))
+                continue
+        if headerless_perflog.looks_headerless(line):
+            try:
+                parsed = headerless_perflog.parse_line(line, place)
+                samples.extend(_headerless_samples(parsed, source))
+                layouts[parsed.layout] = layouts.get(parsed.layout, 0) + 1
+            except ValueError as err:
+                problems.append(Problem(source, lineno, str(err)))
+        elif header is not None:
+            hint = (f" (a list field with '{header.sep}' inside, in a "
+                    f"'{header.sep}'-separated layout?)" if len(fields) > ncols else "")
             problems.append(Problem(source, lineno,
-                                    f"{len(fields)} fields, header has {ncols}"))
-            continue
-        try:
-            samples.extend(_line_samples(header, fields, source))
-        except ValueError as err:
-            problems.append(Problem(source, lineno, str(err)))
-    return PerflogChunk(samples, problems, lineno - first_line + 1, header_line)
+                                    f"{len(fields)} fields, header has {ncols}{hint}"))
+        else:
+            problems.append(Problem(source, lineno, NOT_A_PERFLOG_LINE))
+    return PerflogChunk(samples, problems, lineno - first_line + 1, header_line, layouts)
+
+
+def _headerless_samples(line: headerless_perflog.HeaderlessLine, source: str) -> list[Sample]:
+    time = parse_time(line.time_text)
+    if not EARLIEST <= time < LATEST:
+        raise ValueError(f"completion time {_utc(time)} is not in 2000-2100")
+    if not (line.system and line.partition):
+        raise ValueError("no test info (Test on sys:part using env) and the file is not "
+                         "under <system>/<partition>/")
+    display = line.test_info or test_from_file(source)
+    test, params = split_name(display)
+    if not test:
+        raise ValueError("empty test name")
+    params.update(line.params)
+    run = Run(float(math.floor(time)), test, params, line.system, line.partition,
+              line.environ, line.jobid, line.nodelist, display, None, source,
+              attrs=dict(line.attrs))
+    if line.value is None:
+        return []  # a gap, never a zero
+    return [Sample(run, line.perfvar, line.value, line.unit, line.ref, line.lower,
+                   line.upper, "")]
 
 
 def read_perflog_bytes(data: bytes, source: str, header_line: str = "",
@@ -409,7 +523,13 @@ def _utc(stamp: float) -> str:
 
 def _field(fields: list[str], header: _Header, name: str, default: str = "") -> str:
     i = header.index.get(name)
-    return fields[i].strip() if i is not None else default
+    if i is not None:
+        return fields[i].strip()
+    combined = header.derived.get(name)
+    if combined is not None:
+        column, position, seps = combined
+        return _split_combined(fields[column], position, seps) or default
+    return default
 
 
 def _line_samples(header: _Header, fields: list[str], source: str) -> list[Sample]:
@@ -420,7 +540,8 @@ def _line_samples(header: _Header, fields: list[str], source: str) -> list[Sampl
                       _field(fields, header, "job_completion_time"))
     if not EARLIEST <= time < LATEST:
         raise ValueError(f"completion time {_utc(time)} is not in 2000-2100")
-    display = _field(fields, header, "name") or _field(fields, header, "display_name")
+    display = (_field(fields, header, "name") or _field(fields, header, "display_name")
+               or header.file_test)
     system = _field(fields, header, "system", header.place[0])
     partition = _field(fields, header, "partition", header.place[1])
     # A site format without the environment logs one environment per series.
@@ -520,13 +641,27 @@ def is_results_db(path: Path) -> bool:
     return path.suffix == ".db" and path.name != "fabreg.db"
 
 
-def find_inputs(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], list[Path]]:
-    """Expand files/directories into (perflog files, results DBs), sorted for stable order.
+@dataclass
+class Inputs:
+    """What ingest reads: perflogs, results databases and JSON run reports."""
+
+    perflogs: list[Path] = field(default_factory=list)
+    dbs: list[Path] = field(default_factory=list)
+    reports: list[Path] = field(default_factory=list)
+
+
+def is_run_report(path: Path) -> bool:
+    """``run-report-*.json`` (ReFrame's name) or any ``.json`` under a directory given."""
+    return path.suffix == ".json"
+
+
+def find_inputs(paths: Iterable[str | os.PathLike[str]]) -> Inputs:
+    """Expand files/directories into perflog files, results DBs and run reports, sorted for a
+    stable order. A file named on the command line is read whatever its name.
 
     Raises FileNotFoundError naming the first path that does not exist.
     """
-    perflogs: list[Path] = []
-    dbs: list[Path] = []
+    found = Inputs()
     for given in paths:
         path = Path(given)
         if not path.exists():
@@ -534,10 +669,12 @@ def find_inputs(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], li
         candidates = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
         for cand in candidates:
             if is_results_db(cand):
-                dbs.append(cand)
+                found.dbs.append(cand)
+            elif is_run_report(cand):
+                found.reports.append(cand)
             elif is_perflog_file(cand) or not path.is_dir():
-                perflogs.append(cand)
-    return perflogs, dbs
+                found.perflogs.append(cand)
+    return found
 
 
 def read_perflog_file(path: Path) -> tuple[list[Sample], list[Problem], int]:
@@ -593,7 +730,7 @@ def read_results_db(path: Path, skip: Collection[str] = frozenset()
         for run in report.get("runs", []):
             for case in run.get("testcases", []):
                 try:
-                    case_samples = _case_samples(case, uuid, str(path))
+                    case_samples = case_samples_of(case, uuid, str(path))
                 except (TypeError, ValueError, KeyError) as err:
                     problems.append(Problem(str(path), 0,
                                             f"session {uuid}: test case skipped ({err})"))
@@ -604,13 +741,13 @@ def read_results_db(path: Path, skip: Collection[str] = frozenset()
     return sessions, links, samples, problems
 
 
-def _case_samples(case: dict, session: str, source: str) -> list[Sample]:
-    if case.get("job_completion_time_unix") is None or not case.get("perfvalues"):
-        return []
-    # The perflog's `name` column is the case's `name`; `display_name` may carry ReFrame's
-    # internal parameters (`%.repeat_no=1` under --repeat) that identify nothing.
-    display = case.get("name") or case["display_name"]
-    test, params = split_name(display)
+def classify_case_attributes(case: dict) -> tuple[dict[str, str], dict[str, str]]:
+    """A test case's own attributes -> (series parameters, run attributes).
+
+    ReFrame's bookkeeping identifies nothing; ``fabreg.schema.NOT_PARAMETERS`` describe one
+    run; every other loggable variable or parameter names the series.
+    """
+    params: dict[str, str] = {}
     attrs: dict[str, str] = {}
     for key, value in case.items():
         if key in REFRAME_TESTCASE_ATTRIBUTES or key.startswith("_"):
@@ -624,6 +761,24 @@ def _case_samples(case: dict, session: str, source: str) -> list[Sample]:
             attrs[key] = norm
         else:
             params[key] = norm
+    return params, attrs
+
+
+def number_or_gap(text: str) -> float | None:
+    """A logged value as a float, None for ReFrame's spellings of 'no value'."""
+    return _number(text)
+
+
+def case_samples_of(case: dict, session: str, source: str) -> list[Sample]:
+    """One ReFrame 4.x test case (results database or run report) -> its samples."""
+    if case.get("job_completion_time_unix") is None or not case.get("perfvalues"):
+        return []
+    # The perflog's `name` column is the case's `name`; `display_name` may carry ReFrame's
+    # internal parameters (`%.repeat_no=1` under --repeat) that identify nothing.
+    display = case.get("name") or case["display_name"]
+    test, params = split_name(display)
+    extra, attrs = classify_case_attributes(case)
+    params.update(extra)
     nodelist = case.get("job_nodelist") or ""
     if isinstance(nodelist, list):
         nodelist = ",".join(nodelist)
