@@ -74,6 +74,7 @@ def test_the_guides_are_listed_in_order_in_the_docs_index() -> None:
 def test_user_docs_hold_no_development_step_figures() -> None:
     """Figures of past development steps belong in ci/bench/RESULTS.md, not in the guides."""
     steps = re.compile(r"\bsessions? \d+\b|\bsession-\d+\b", re.IGNORECASE)
-    found = [f"{p.relative_to(ROOT)}:{n}" for p in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+    docs = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in docs
              for n, line in enumerate(p.read_text().splitlines(), 1) if steps.search(line)]
     assert found == []

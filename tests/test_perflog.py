@@ -156,11 +156,17 @@ words = st.text(alphabet=st.characters(blacklist_characters="|\r\n\x0b\x0c\x1c\x
                 max_size=10)
 
 
+#: Column names the reader takes as describing one run (or the test itself), not a series.
+RUN_ONLY_NAMES = (schema.NOT_PARAMETERS | perflog.REFRAME_LOGGING_ATTRIBUTES
+                  | (perflog.REFRAME_TESTCASE_ATTRIBUTES - schema.SERIES_PARAMETERS)
+                  | {"name", "display_name", "job_completion_time_unix"})
+
+
 @st.composite
 def perflog_text(draw):
     params = draw(st.dictionaries(names.filter(lambda n: not n.endswith("_value")
                                                and n not in perflog.FIXED_COLUMNS
-                                               and n not in schema.NOT_PARAMETERS),
+                                               and n not in RUN_ONLY_NAMES),
                                   names, max_size=3))
     perfvars = draw(st.lists(names.map(lambda n: "v" + n), min_size=1, max_size=3,
                              unique=True))

@@ -32,6 +32,11 @@ def reframe(tmp: Path, check: Path, *args: str) -> None:
                           env=env, capture_output=True, text=True, timeout=600, cwd=tmp)
     # A performance failure (the slower session) still writes its perflog lines.
     assert "Ran " in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # Keep each session's JSON run report, as ~/.reframe/reports/ does.
+    reports = tmp / "reports"
+    reports.mkdir(exist_ok=True)
+    kept = reports / f"run-report-{len(list(reports.iterdir()))}.json"
+    (tmp / "rfm" / "report.json").rename(kept)
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +115,24 @@ def test_compare_trends_report_export_on_real_perflogs(real_run: Path, tmp_path:
     # One sample per series: 2 transports x 2 (without/with the provider column).
     assert len(lat8) == 4 and all('benchmark="osu_latency"' in line and 'size="8"' in line
                                   for line in lat8), lat8
+
+
+def test_json_run_reports_alone_give_the_results_dbs_values_and_with_perflogs_none_twice(
+        real_run: Path, tmp_path: Path):
+    reports = sorted((real_run / "reports").glob("run-report-*.json"))
+    assert len(reports) == 3
+    alone = tmp_path / "reports.db"
+    proc = fabreg("ingest", *map(str, reports), db=alone, check=True)
+    # The same 9 runs x 2 transports x 3 variables as the results DB holds.
+    assert f"{2 * 9 * 3} new value(s)" in proc.stdout
+    assert "JSON run report, data_version 4." in proc.stderr
+    db_only = tmp_path / "db.db"
+    fabreg("ingest", str(real_run / "perflogs" / "results.db"), db=db_only, check=True)
+    query = ("SELECT s.test, s.params, s.perfvar, v.time, v.value FROM samples v "
+             "JOIN series s ON s.id = v.series_id ORDER BY 1, 2, 3, 4")
+    with sqlite3.connect(alone) as a, sqlite3.connect(db_only) as b:
+        assert a.execute(query).fetchall() == b.execute(query).fetchall()
+    both = tmp_path / "both.db"
+    fabreg("ingest", str(real_run / "perflogs"), db=both, check=True)
+    again = fabreg("ingest", *map(str, reports), db=both, check=True)
+    assert "0 new value(s)" in again.stdout  # a run seen in a perflog is stored once

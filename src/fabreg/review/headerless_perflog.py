@@ -52,6 +52,9 @@ RUN_ONLY_KEYS: frozenset[str] = frozenset({
     "short_name", "fixture", "perf_var", "check_perf_var",
 }) | NOT_PARAMETERS | JOB_KEYS | NODELIST_KEYS
 _NULLS = frozenset({"", "none", "null", "nan", "n/a"})
+#: A line with two test infos or two job ids: one cut short (a full disk) and the next
+#: appended to it. Read as one, it would date the second line's value by the first's time.
+RUN_TOGETHER = "two lines run together (the first cut short?): two test infos or job ids"
 
 
 @dataclass
@@ -130,7 +133,9 @@ def parse_line(line: str, place: tuple[str, str] = ("", ""), sep: str = "|") -> 
     for i, text in enumerate(fields[1:], start=1):
         kv = KEY_VALUE.match(text)
         if kv is None:
-            if info is None and (INFO_ON.match(text) or INFO_AT.match(text)):
+            if INFO_ON.match(text) or INFO_AT.match(text):
+                if info is not None:
+                    raise ValueError(RUN_TOGETHER)
                 info = INFO_ON.match(text) or INFO_AT.match(text)
                 info_form = "'Test on sys:part using env'" if INFO_ON.match(text) else \
                     "'Test @sys:part+env'"
@@ -165,6 +170,8 @@ def parse_line(line: str, place: tuple[str, str] = ("", ""), sep: str = "|") -> 
                 upper = number
             ref_form = "'ref=R|lower=L|upper=U'"
         elif lowered in JOB_KEYS:
+            if jobid:
+                raise ValueError(RUN_TOGETHER)
             jobid = value
         elif lowered in NODELIST_KEYS:
             nodelist = value

@@ -58,6 +58,14 @@ time_sanity time_setup time_total unique_name use_multithreading uuid valid_prog
 valid_systems variables build_system ci_extras perf_variables fail_severe
 expected_failure xfail
 """.split())
+#: What ReFrame's logger adds to a perflog line besides the test's own attributes: who and
+#: which ReFrame wrote it. They describe a run, never a series (a newer ReFrame, or the
+#: test's hash inside ``info``, must not start a new series).
+REFRAME_LOGGING_ATTRIBUTES: frozenset[str] = frozenset("""
+version reframe_version info check_info hostname osuser osgroup hash unique_name
+job_completion_time_unix perf_var perf_value perf_unit perf_ref perf_lower_thres
+perf_upper_thres perf_result perfvalues
+""".split())
 #: Standard keys of a results-DB session; the rest are the user's session extras.
 REFRAME_SESSION_KEYS: frozenset[str] = frozenset("""
 data_version hostname uuid time_start time_start_unix time_end time_end_unix time_elapsed
@@ -365,7 +373,8 @@ def _parse_header(line: str, source: str = "") -> _Header:
     taken = set(FIXED_COLUMNS) | set(_WHEN) | set(_WHICH)
     for var in perfvars:
         taken.update(var + s for s in PERFVAR_SUFFIXES)
-    run_only = NOT_PARAMETERS | (REFRAME_TESTCASE_ATTRIBUTES - SERIES_PARAMETERS)
+    run_only = (NOT_PARAMETERS | (REFRAME_TESTCASE_ATTRIBUTES - SERIES_PARAMETERS)
+                | REFRAME_LOGGING_ATTRIBUTES)
     params = [c for c in columns if c not in taken and c not in run_only]
     perfvar_columns = [(v, tuple(index.get(v + suffix, -1) for suffix in PERFVAR_SUFFIXES))
                        for v in perfvars]
