@@ -41,6 +41,19 @@ def have(tool: str) -> bool:
     return shutil.which(tool) is not None
 
 
+#: Where docs/mpis.md suggests building MVAPICH2 (ci/build-mvapich2.sh SRC PREFIX).
+MVAPICH2_CACHE = Path.home() / ".cache" / "fabreg" / "mvapich2"
+
+
+def mvapich2_prefix() -> Path | None:
+    """A real MVAPICH2 build: $FABREG_MVAPICH2_PREFIX, else ~/.cache/fabreg/mvapich2."""
+    given = os.environ.get("FABREG_MVAPICH2_PREFIX")
+    for prefix in ([Path(given)] if given else [MVAPICH2_CACHE]):
+        if (prefix / "bin" / "mpicc").exists() and (prefix / "bin" / "mpiexec").exists():
+            return prefix
+    return None
+
+
 def fabreg(*args: str, db: Path | None = None, check: bool = False,
            env: dict[str, str] | None = None, timeout: float = 300
            ) -> subprocess.CompletedProcess[str]:

@@ -359,7 +359,8 @@ def mvapich2_all_parameters_part() -> None:
     rc = t.launch_spec("mvapich2", "ucx_rc", nodes=2)
     assert t.verify(rc, text).problem == (
         "no evidence of the transport used: MVAPICH2's environment report "
-        "(MV2_SHOW_ENV_INFO=2) not found in the output")
+        "(MV2_SHOW_ENV_INFO=2), or a ch3:sock or ch3:nemesis device named by `mpiname -a` or "
+        "`mpiexec -info` not found in the output")
     report = mvapich2_report(" MVAPICH2 All Parameters\n" + text)
     assert (report.version, report.fields, len(report.all_params)) == (None, {}, 26)
     assert report.all_params["MV2_DEFAULT_QP_OUS_RD_ATOM"] == "268701700"

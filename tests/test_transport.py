@@ -434,6 +434,26 @@ def test_mvapich2_availability():
         "mvapich2", "ucx_rc", ib, t.NetConfig(rdma_devices=("mlx5_1:1",)))
 
 
+def test_mvapich2_nemesis_build():
+    """ch3:nemesis prints no environment report: its device is the evidence, where it can be."""
+    nemesis = t.Inventory("mvapich2", mpi_device="ch3:nemesis", rdma_devices=())
+    assert "ch3:nemesis build: it has no InfiniBand channel" in t.availability_problem(
+        "mvapich2", "ucx_rc", nemesis)
+    assert t.availability_problem("mvapich2", "tcp", nemesis) is None
+    tcp = t.launch_spec("mvapich2", "tcp", nodes=2, inventory=nemesis,
+                        net=t.NetConfig(tcp_interfaces=("fab0",)))
+    assert ("MPIR_CVAR_NEMESIS_NETMOD", "tcp") in tcp.env
+    assert ("MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE", "fab0") in tcp.env
+    assert t.verify(tcp, "rank output\n").used == "tcp"
+    shm = t.launch_spec("mvapich2", "shm", nodes=1, ranks_per_node=2, inventory=nemesis)
+    result = t.verify(shm, "")
+    assert result.ok and result.used == "shm"
+    assert "nemesis' shared-memory queues" in result.evidence[0]
+    # Without the device (no mpiname/mpiexec -info answer) there is no evidence at all.
+    unknown = t.launch_spec("mvapich2", "shm", nodes=1, ranks_per_node=2)
+    assert "no evidence of the transport used" in t.verify(unknown, "").problem
+
+
 def test_declared_transports_override_detection():
     inv = t.Inventory("openmpi", declared=frozenset({"ucx_rc", "shm"}))
     assert t.availability_problem("openmpi", "ucx_rc", inv) is None

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import have
+from conftest import have, mvapich2_prefix
 
 from fabreg.run import transport as t
 
@@ -22,7 +22,13 @@ MPIS = {
     "openmpi": ("mpicc.openmpi", ["mpirun.openmpi", "--bind-to", "none", "-np", "2"]),
     "mpich": ("mpicc.mpich", ["mpiexec.mpich", "-n", "2"]),
 }
+MVAPICH2 = mvapich2_prefix()
+if MVAPICH2:
+    MPIS["mvapich2"] = (str(MVAPICH2 / "bin" / "mpicc"),
+                        [str(MVAPICH2 / "bin" / "mpiexec"), "-n", "2"])
 pytestmark = pytest.mark.slow
+MVAPICH2_MISSING = ("no MVAPICH2 build here: build one with ci/build-mvapich2.sh SRC and set "
+                    "FABREG_MVAPICH2_PREFIX (docs/mpis.md)")
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +46,7 @@ def ping(tmp_path_factory):
 def _run(ping, mpi, transport, *, style=None, override=None):
     """Launch mpi_ping over ``transport``; return (spec, completed process)."""
     if mpi not in ping:
-        pytest.skip(f"{mpi} is not installed here")
+        pytest.skip(MVAPICH2_MISSING if mpi == "mvapich2" else f"{mpi} is not installed here")
     launcher = MPIS[mpi][1]
     inventory = t.detect(mpi, launcher)
     problem = t.availability_problem(mpi, transport, inventory)
@@ -61,7 +67,7 @@ def _run(ping, mpi, transport, *, style=None, override=None):
 
 @pytest.mark.parametrize("mpi,transport", [
     ("openmpi", "shm"), ("openmpi", "tcp"), ("openmpi", "tcp_ob1"),
-    ("mpich", "shm"), ("mpich", "tcp"),
+    ("mpich", "shm"), ("mpich", "tcp"), ("mvapich2", "shm"), ("mvapich2", "tcp"),
 ])
 def test_selected_transport_is_verified(ping, mpi, transport):
     spec, proc = _run(ping, mpi, transport)

@@ -104,6 +104,10 @@ _UCX_TLS = {"ucx_rc": ("rc", "rc_x"), "ucx_ud": ("ud", "ud_x"), "ucx_dc": ("dc_x
 _RDMA = ("ucx_rc", "ucx_ud", "ucx_dc")
 _OB1_CLASS = {"tcp": "tcp_ob1", "vader": "shm", "sm": "shm", "smcuda": "shm"}
 _MV2_SOCKET_DEVICES = ("ch3:sock", "ch3:nemesis", "ch3:nemesis:tcp")
+#: MVAPICH2's shared-memory-and-TCP device (``--with-device=ch3:nemesis``): it prints no
+#: environment report; ranks of one node use its shared-memory queues, other nodes its TCP
+#: netmod (the only one built), so the build's device is the evidence.
+_MV2_NEMESIS = "ch3:nemesis"
 _OMPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun", "prterun", "oshrun")
 
 LAUNCHER_MPIRUN = "mpirun"  # Open MPI's own launcher: --mca options, -x to forward env vars
@@ -306,7 +310,8 @@ def launch_spec(mpi: str, transport: str, *, nodes: int, ranks_per_node: int = 1
 _Built = tuple[list[tuple[str, str]], list[tuple[str, str]], str]
 _UCX_HINT = "UCX endpoint lanes (UCX_LOG_LEVEL=info: 'ep_cfg[N]: tag(...)')"
 _OB1_HINT = "ob1 BTL selection (btl_base_verbose 100: 'mca: bml: Using <btl> btl')"
-_MV2_HINT = "MVAPICH2's environment report (MV2_SHOW_ENV_INFO=2)"
+_MV2_HINT = ("MVAPICH2's environment report (MV2_SHOW_ENV_INFO=2), or a ch3:sock or "
+             "ch3:nemesis device named by `mpiname -a` or `mpiexec -info`")
 
 
 def _ucx_env(transport: str, shared: bool, net: NetConfig,
@@ -360,6 +365,11 @@ def _mvapich2(transport: str, shared: bool, net: NetConfig, inventory: Inventory
         env = [("MV2_USE_ONLY_UD", "1"), *hca]
     elif transport == "shm":
         env = [("MV2_USE_SHARED_MEM", "1")]
+    elif (inventory.mpi_device or "").startswith(_MV2_NEMESIS):
+        # tcp on a nemesis build: its TCP netmod, on the partition's interface if it names one
+        env = [("MPIR_CVAR_NEMESIS_NETMOD", "tcp")]
+        if net.tcp_interfaces:
+            env.append(("MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE", net.tcp_interfaces[0]))
     else:  # tcp: a socket-channel build has nothing to select
         env = []
     if buffer == "cuda":
@@ -585,6 +595,12 @@ def observed(spec: LaunchSpec, output: str) -> tuple[set[str], list[str], list[s
         elif spec.transport == "tcp" and spec.mpi_device in _MV2_SOCKET_DEVICES:
             evidence.append(f"MVAPICH2 {spec.mpi_device} build (sockets are its only channel)")
             classes.add("tcp")
+        elif (spec.transport == "shm" and spec.nodes == 1
+              and (spec.mpi_device or "").startswith(_MV2_NEMESIS)):
+            evidence.append(f"MVAPICH2 {spec.mpi_device} build on one node (its ranks talk "
+                            "through nemesis' shared-memory queues; it has no other local "
+                            "channel)")
+            classes.add("shm")
     return classes, evidence, off_device
 
 
