@@ -135,14 +135,30 @@ def test_a_value_column_holding_text_is_reported_and_the_good_lines_kept():
     assert "no performance value" in str(problems[0])
 
 
-def test_a_line_cut_short_and_run_into_the_next_is_reported_not_misread():
-    cut = DEFAULT_3X[:DEFAULT_3X.index("Copy=24762.2") + len("Copy=24")]
-    next_night = DEFAULT_3X.replace("2020-06-24T00:27:06", "2020-06-25T00:27:06").replace(
-        "58384", "58999").replace("24762.2", "23000.0")
-    samples, problems = read([cut + next_night, next_night])
-    assert [(s.time, s.value) for s in samples] == [(perflog.parse_time("2020-06-25T00:27:06"),
-                                                     23000.0)]
-    assert "two lines run together" in str(problems[0])
+def night(day: int, value: str) -> str:
+    return DEFAULT_3X.replace("2020-06-24", f"2020-06-{day}").replace(
+        "58384", f"5{day}00").replace("24762.2", value)
+
+
+def test_a_line_cut_short_and_run_into_the_next_keeps_the_next_and_reports_the_cut():
+    cut = night(24, "24762.2")
+    cut = cut[:cut.index("Copy=24762.2") + len("Copy=24")]
+    samples, problems = read([cut + night(25, "23000.0"), night(26, "23500.0")])
+    # never 24 (the cut value) at the first night's time, nor 23000 at the first night's
+    assert [(s.time, s.value) for s in samples] == [
+        (perflog.parse_time("2020-06-25T00:27:06"), 23000.0),
+        (perflog.parse_time("2020-06-26T00:27:06"), 23500.0)]
+    assert [s.run.jobid for s in samples] == ["52500", "52600"]
+    assert problems[0].line == 1
+    assert "two lines run together" in problems[0].reason
+    assert "1 of its 2 lines read, the one cut short left out" in problems[0].reason
+
+
+def test_a_whole_line_whose_line_end_was_lost_is_read_with_the_next():
+    whole = night(24, "24762.2") + "|tag1"  # a field after the unit: the line was whole
+    samples, problems = read([whole + night(25, "23000.0")])
+    assert problems == []
+    assert [s.value for s in samples] == [24762.2, 23000.0]
 
 
 def test_files_that_are_not_perflogs_or_reports_say_so_in_one_line(tmp_path: Path):

@@ -95,8 +95,21 @@ def _is_number(text: str) -> bool:
     return True
 
 
+#: ReFrame 2.0-2.12's default: ``[TIME] [reframe VER: ]INFO (jobid=N): value: V, reference:
+#: (R, L, U)``, one value per line and no variable name (it is logged as ``value``).
+BRACKETED = re.compile(
+    r"^\[(?P<time>[^\]]+)\]\s+(?:reframe\s+(?P<version>[^:\s]+):\s+)?(?P<info>\S.*?)\s+"
+    r"\(jobid=(?P<jobid>[^)]*)\):\s+value:\s+(?P<value>\S+?),\s+reference:\s+"
+    r"\((?P<ref>[^,]*),\s*(?P<lower>[^,]*),\s*(?P<upper>[^)]*)\)\s*$")
+#: The test info of those lines: ``X on S:P using E``, ``X@S:P using E`` or ``X`` alone.
+BRACKETED_INFO = re.compile(r"^(?P<name>\S+?)(?:@| on )(?P<system>[^\s:]+):(?P<partition>\S+)"
+                            r" using (?P<environ>\S+)$")
+
+
 def looks_headerless(line: str, sep: str = "|") -> bool:
     """A line of this family: a test-info field, or ``jobid=``/``ref=`` beside a value."""
+    if line.startswith("[") and BRACKETED.match(line):
+        return True
     fields = line.split(sep)
     if len(fields) < 3:
         return False
@@ -115,6 +128,9 @@ def parse_line(line: str, place: tuple[str, str] = ("", ""), sep: str = "|") -> 
     ``place`` is the (system, partition) of the ``<system>/<partition>/`` path, used when
     the line has no test info.
     """
+    bracketed = BRACKETED.match(line.rstrip("\r\n"))
+    if bracketed:
+        return _bracketed(bracketed, place)
     fields = [f.strip() for f in line.rstrip("\r\n").split(sep)]
     while fields and fields[-1] == "":
         fields.pop()
@@ -189,7 +205,10 @@ def parse_line(line: str, place: tuple[str, str] = ("", ""), sep: str = "|") -> 
         raise ValueError("no performance value (a 'name=number' field) in the line")
     var_index, perfvar, raw_value = chosen
     value = _number(raw_value)
-    unit = next((text for i, text in plain if i > var_index), "")
+    unit_index, unit = next(((i, text) for i, text in plain if i > var_index), (-1, ""))
+    # What follows the value's reference and unit is the test's tags ('|%(check_tags)s'),
+    # whatever it looks like ('num_procs=3136,Al3x3'): their order must not split a series.
+    tags_from = max(var_index, ref_index, unit_index) + 1
     if info is not None:
         test_info = info.group("name").strip()
         system, partition, environ = (info.group(g) for g in ("system", "partition", "environ"))
@@ -200,7 +219,7 @@ def parse_line(line: str, place: tuple[str, str] = ("", ""), sep: str = "|") -> 
     params: dict[str, str] = {}
     attrs: dict[str, str] = {}
     for i, key, text in keyed:
-        if i == var_index:
+        if i == var_index or i >= tags_from:
             continue
         if key.lower() in RUN_ONLY_KEYS:
             if key.lower() in ("variables", "check_variables"):
@@ -212,6 +231,64 @@ def parse_line(line: str, place: tuple[str, str] = ("", ""), sep: str = "|") -> 
     layout = "headerless " + (info_form or "without test info") + ", " + ref_form
     return HeaderlessLine(time_text, test_info, system, partition, environ, perfvar, value,
                           unit, ref, lower, upper, jobid, nodelist, params, attrs, layout)
+
+
+#: Where a second line starts inside a line: a timestamp followed by its field separator.
+_LINE_START = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[^|]{0,12}\|(?:reframe |v?\d)")
+
+
+def parse_run_together(line: str, place: tuple[str, str] = ("", ""),
+                       sep: str = "|") -> tuple[list[HeaderlessLine], int]:
+    """A line that holds two or more lines (the first cut short, or its line end lost).
+
+    It is split where a timestamp starts the next line. A part that ends at or before its
+    reference (the cut may have shortened the value or the reference) is not read: only a
+    part whose value and reference are followed by another field is known whole. Raises
+    ValueError when no part can be read.
+    """
+    starts = [m.start() for m in _LINE_START.finditer(line) if m.start() > 0]
+    bounds = [0, *starts, len(line)]
+    parts = [line[a:b] for a, b in zip(bounds, bounds[1:])]
+    read: list[HeaderlessLine] = []
+    for i, part in enumerate(parts):
+        try:
+            parsed = parse_line(part, place, sep)
+        except ValueError:
+            continue
+        if i < len(parts) - 1 and not _whole_up_to_reference(part, parsed, sep):
+            continue
+        read.append(parsed)
+    if not read:
+        raise ValueError(RUN_TOGETHER)
+    return read, len(parts) - len(read)
+
+
+def _whole_up_to_reference(part: str, parsed: HeaderlessLine, sep: str) -> bool:
+    fields = [f.strip() for f in part.split(sep)]
+    last_needed = max(i for i, f in enumerate(fields)
+                      if f.startswith(f"{parsed.perfvar}=") or f.startswith("ref="))
+    return last_needed < len(fields) - 1
+
+
+def _bracketed(match: re.Match[str], place: tuple[str, str]) -> HeaderlessLine:
+    """A ReFrame 2.0-2.12 line (see :data:`BRACKETED`)."""
+    info = BRACKETED_INFO.match(match.group("info"))
+    if info:
+        name, system, partition, environ = (info.group(g) for g in
+                                            ("name", "system", "partition", "environ"))
+        form = "'[TIME] Test on sys:part using env (jobid=N): value: V'"
+    else:
+        name, (system, partition), environ = match.group("info"), place, "-"
+        form = "'[TIME] Test (jobid=N): value: V'"
+    try:
+        value, ref, lower, upper = (_number(match.group(g))
+                                    for g in ("value", "ref", "lower", "upper"))
+    except ValueError:
+        raise ValueError("value or reference is not a number") from None
+    attrs = {"version": match.group("version")} if match.group("version") else {}
+    return HeaderlessLine(match.group("time"), name, system, partition, environ, "value",
+                          value, "", ref, lower, upper, match.group("jobid"), "", {}, attrs,
+                          "ReFrame 2.x bracketed " + form)
 
 
 def _variables(text: str) -> dict:

@@ -62,7 +62,8 @@ expected_failure xfail
 #: which ReFrame wrote it. They describe a run, never a series (a newer ReFrame, or the
 #: test's hash inside ``info``, must not start a new series).
 REFRAME_LOGGING_ATTRIBUTES: frozenset[str] = frozenset("""
-version reframe_version info check_info hostname osuser osgroup hash unique_name
+asctime version reframe_version info check_info hostname osuser osgroup hash
+unique_name
 job_completion_time_unix perf_var perf_value perf_unit perf_ref perf_lower_thres
 perf_upper_thres perf_result perfvalues
 """.split())
@@ -185,17 +186,26 @@ def run_key(display_name: str, system: str, partition: str, environ: str, jobid:
     return f"{display_name}|{system}|{partition}|{environ}|{jobid}|{int(math.floor(time))}"
 
 
+#: Where a ``%name=`` parameter starts in a display name; its value runs to the next one (a
+#: value may hold spaces: ``%p={'nodes': 32, 'tasks': 128}``).
+_PARAM_START = re.compile(r"(?:^|\s)%(?P<key>[\w.$]+)=")
+#: The test's hash that ReFrame's ``info`` puts after the parameters.
+_HASH = re.compile(r"\s+/[0-9a-f]{8}$")
+
+
 def split_name(display_name: str) -> tuple[str, dict[str, str]]:
     """``'OsuLatency %transport=shm %mpi=x'`` -> ``('OsuLatency', {'transport': 'shm', ...})``."""
     parts = display_name.split()
     if not parts:
         return "", {}
     params: dict[str, str] = {}
-    for part in parts[1:]:
-        if part.startswith("%") and "=" in part:
-            key, _, value = part[1:].partition("=")
-            if not key.startswith("."):  # ReFrame-internal, e.g. '%.repeat_no=1'
-                params[key.split(".")[-1]] = value
+    starts = list(_PARAM_START.finditer(display_name))
+    for match, following in zip(starts, [*starts[1:], None]):
+        key = match.group("key")
+        end = following.start() if following else len(display_name)
+        value = _HASH.sub("", display_name[match.end():end].strip())
+        if not key.startswith((".", "$")):  # ReFrame-internal: '%.repeat_no=1'
+            params[key.split(".")[-1]] = value
     return parts[0], params
 
 
@@ -293,6 +303,8 @@ class _Header:
 #: it finished and which test it was (system and partition may come from the path).
 _WHEN = ("job_completion_time", "job_completion_time_unix")
 _WHICH = ("name", "display_name")
+#: ReFrame's test info (``Test %p=v /hash @sys:part+env``): the test where no name column is.
+_INFO = ("info", "check_info")
 
 
 #: The separators ReFrame's ``format`` can put between columns, in the order they are tried.
@@ -358,7 +370,7 @@ def _parse_header(line: str, source: str = "") -> _Header:
     if not any(c in index for c in _WHEN):
         raise ValueError("header lacks column job_completion_time")
     file_test = ""
-    if not any(c in index for c in _WHICH):
+    if not any(c in index for c in (*_WHICH, *_INFO)):
         file_test = test_from_file(source)
         if not file_test:
             raise ValueError("header lacks column name (or display_name)")
@@ -477,9 +489,19 @@ def read_perflog_chunk(lines: Iterable[str], source: str, header_line: str = "",
                 continue
         if headerless_perflog.looks_headerless(line):
             try:
-                parsed = headerless_perflog.parse_line(line, place)
-                samples.extend(_headerless_samples(parsed, source))
-                layouts[parsed.layout] = layouts.get(parsed.layout, 0) + 1
+                try:
+                    parts = [headerless_perflog.parse_line(line, place)]
+                except ValueError as err:
+                    if not str(err).startswith(headerless_perflog.RUN_TOGETHER):
+                        raise
+                    parts, lost = headerless_perflog.parse_run_together(line, place)
+                    if lost:
+                        problems.append(Problem(source, lineno, (
+                            f"{headerless_perflog.RUN_TOGETHER}: {len(parts)} of its "
+                            f"{len(parts) + lost} lines read, the one cut short left out")))
+                for parsed in parts:
+                    samples.extend(_headerless_samples(parsed, source))
+                    layouts[parsed.layout] = layouts.get(parsed.layout, 0) + 1
             except ValueError as err:
                 problems.append(Problem(source, lineno, str(err)))
         elif header is not None:
@@ -541,6 +563,12 @@ def _field(fields: list[str], header: _Header, name: str, default: str = "") -> 
     return default
 
 
+def _info_name(info: str) -> str:
+    """``'Test %p=v /1a2b3c4d @sys:part+env'`` -> ``'Test %p=v'`` (the display name)."""
+    match = headerless_perflog.INFO_AT.match(info) or headerless_perflog.INFO_ON.match(info)
+    return _HASH.sub("", match.group("name")) if match else ""
+
+
 def _line_samples(header: _Header, fields: list[str], source: str) -> list[Sample]:
     # The exact unix time where the format logs it (ReFrame's default has no UTC offset in
     # job_completion_time); else the RFC 3339 time fabreg's format logs.
@@ -550,6 +578,8 @@ def _line_samples(header: _Header, fields: list[str], source: str) -> list[Sampl
     if not EARLIEST <= time < LATEST:
         raise ValueError(f"completion time {_utc(time)} is not in 2000-2100")
     display = (_field(fields, header, "name") or _field(fields, header, "display_name")
+               or _info_name(_field(fields, header, "info") or _field(fields, header,
+                                                                      "check_info"))
                or header.file_test)
     system = _field(fields, header, "system", header.place[0])
     partition = _field(fields, header, "partition", header.place[1])
@@ -771,6 +801,11 @@ def classify_case_attributes(case: dict) -> tuple[dict[str, str], dict[str, str]
         else:
             params[key] = norm
     return params, attrs
+
+
+def param_text(value: object) -> str | None:
+    """A parameter's value as the perflog prints it (dicts as JSON), None when unset."""
+    return _param_value(value)
 
 
 def number_or_gap(text: str) -> float | None:

@@ -1,10 +1,10 @@
 """Read ReFrame's JSON run reports (``~/.reframe/reports/run-report-*.json``), 3.x and 4.x.
 
 A run report is the session a results database would hold, written after every ReFrame
-session and kept by many CI pipelines. ReFrame 4.x reports (``data_version`` 3.x and 4.x)
-hold the same test cases as the results database and are read by the same code
+session and kept by many CI pipelines. Reports of ReFrame 4.7 and later (``data_version``
+4.x) hold the same test cases as the results database and are read by the same code
 (:func:`fabreg.review.perflog.case_samples_of`), so a run seen in both, or in a perflog, is
-stored once. ReFrame 3.x reports (``data_version`` 1.x and 2.x) name the partition as
+stored once. Reports of ReFrame 3.0-4.6 (``data_version`` 1.x-3.x) name the partition as
 ``system:partition``, list ``perfvars`` and give no completion time per test case: their
 values are dated at the session's end.
 """
@@ -77,10 +77,10 @@ def read_run_report(path: Path) -> Report:
     for run in data.get("runs") or []:
         for case in (run or {}).get("testcases") or []:
             try:
-                if major >= 3:
+                if "perfvalues" in case:
                     samples = perflog.case_samples_of(case, session.uuid, source)
                 else:
-                    samples = _case_samples_3x(case, session, source)
+                    samples = _case_samples_perfvars(case, session, source)
             except (TypeError, ValueError, KeyError, AttributeError) as err:
                 name = case.get("name", "?") if isinstance(case, dict) else "?"
                 report.problems.append(Problem(source, 0, f"test case {name} skipped ({err})"))
@@ -115,8 +115,8 @@ def _session(info: dict, source: str) -> Session:
     return Session(uuid=str(uuid), start=start, end=end, extras=extras)
 
 
-def _case_samples_3x(case: dict, session: Session, source: str) -> list[Sample]:
-    """A ReFrame 3.x test case: ``system`` is ``sys:part``, values in ``perfvars``."""
+def _case_samples_perfvars(case: dict, session: Session, source: str) -> list[Sample]:
+    """A ReFrame 3.0-4.6 test case: ``system`` is ``sys:part``, values in ``perfvars``."""
     perfvars = case.get("perfvars") or []
     if not perfvars:
         return []
@@ -124,9 +124,16 @@ def _case_samples_3x(case: dict, session: Session, source: str) -> list[Sample]:
     environ = case.get("environment") or case.get("environ") or "-"
     display = case.get("display_name") or case["name"]
     test, params = split_name(display)
-    flat = {**(case.get("check_vars") or {}), **(case.get("check_params") or {})}
-    extra_params, attrs = perflog.classify_case_attributes(flat)
+    extra_params, attrs = perflog.classify_case_attributes(case.get("check_vars") or {})
     params.update(extra_params)
+    # The parameters as the report holds them: a value with spaces (a dict) cannot be told
+    # from the display name, which splits it.
+    for key, value in (case.get("check_params") or {}).items():
+        norm = perflog.param_text(value)
+        if norm is None:
+            params.pop(key, None)
+        else:
+            params[key] = norm
     nodelist = case.get("nodelist") or ""
     if isinstance(nodelist, list):
         nodelist = ",".join(str(n) for n in nodelist)
