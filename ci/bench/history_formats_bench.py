@@ -38,6 +38,7 @@ def old_reader(rev: str):
                             capture_output=True, text=True, check=True).stdout
     spec = importlib.util.spec_from_loader(f"perflog_{rev}", loader=None)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     exec(compile(source, f"{rev}:perflog.py", "exec"), module.__dict__)  # noqa: S102
     return module
 
@@ -46,7 +47,7 @@ def index_rows() -> list[tuple[str, str, int]]:
     """(file, layout, values a person counts) from the corpus index."""
     rows = []
     for line in (CORPUS / "INDEX.md").read_text().splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
         if len(cells) >= 4 and cells[0].startswith("`") and cells[3].isdigit():
             rows.append((cells[0].strip("`"), cells[2], int(cells[3])))
     return rows
