@@ -205,3 +205,51 @@ def test_a_reframe_3x_run_report_gives_its_values_at_the_sessions_end(tmp_path: 
         "triad", 51234.5, 50000.0, -0.1, None)
     assert s.time == perflog.parse_time("2022-03-01T10:05:00+0100")
     assert s.params == {"num_tasks": "1"}
+
+
+SITE_FORMAT = ("%(check_job_completion_time)s %(check_name)s@%(check_system)s:"
+               "%(check_partition)s+%(check_environ)s job %(check_jobid)s: %(check_perf_value)s "
+               "%(check_perf_unit)s (%(check_perf_var)s, ref %(check_perf_ref)s)")
+SITE_CONFIG = f"""
+logging:
+  - handlers_perflog:
+      - type: filelog
+        prefix: '%(check_system)s/%(check_partition)s'
+        format: '{SITE_FORMAT}'
+        datefmt: '%d/%m/%Y %H:%M:%S'
+"""
+
+
+def test_a_layout_no_rule_knows_is_read_by_the_sites_own_reframe_config(tmp_path: Path):
+    config = tmp_path / "site.yaml"
+    config.write_text(SITE_CONFIG)
+    log = tmp_path / "daint" / "gpu" / "Osu.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("24/11/2026 01:02:03 Osu@daint:gpu+gnu job 42: 9.5 GB/s (bw, ref 10)\n"
+                   "25/11/2026 01:02:03 Osu@daint:gpu+gnu job 43: 9.4 GB/s (bw, ref 10)\n")
+    db = tmp_path / "f.db"
+    without = fabreg("ingest", str(log), db=db)
+    assert "not a perflog" in without.stderr and "0 new value(s)" in without.stdout
+    proc = fabreg("ingest", "--reframe-config", str(config), str(log), db=tmp_path / "g.db",
+                  check=True)
+    assert "2 new value(s)" in proc.stdout
+    assert "the site's format" in proc.stderr
+    with sqlite3.connect(tmp_path / "g.db") as conn:
+        rows = conn.execute("SELECT s.test, s.system, s.partition, s.environ, s.perfvar, "
+                            "v.time, v.value, v.ref FROM samples v JOIN series s ON "
+                            "s.id = v.series_id ORDER BY v.time").fetchall()
+    assert rows[0] == ("Osu", "daint", "gpu", "gnu", "bw",
+                       perflog.parse_time("2026-11-24T01:02:03"), 9.5, 10.0)
+    assert len(rows) == 2
+
+
+def test_a_reframe_config_without_a_usable_format_is_one_line(tmp_path: Path):
+    config = tmp_path / "site.py"
+    config.write_text("site_configuration = {'logging': [{'handlers_perflog': [\n"
+                      "  {'type': 'filelog', 'format': '%(check_job_completion_time)s|"
+                      "%(check_perfvalues)s'}]}]}\n")
+    proc = fabreg("ingest", "--reframe-config", str(config), str(tmp_path), db=tmp_path / "f.db")
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1
+    assert "no perflog format to read by" in proc.stderr
+    assert "header line, which ingest reads without the configuration" in proc.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
-from fabreg.review import filemarks, perflog, run_report
+from fabreg.review import filemarks, perflog, run_report, site_format
 from fabreg.review.progress import Progress
 from fabreg.review.store import IngestCount, Store
 
@@ -38,6 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         f"{PROBLEMS_SHOWN_PER_FILE} of each file and a count)")
     p.add_argument("--reread", action="store_true",
                    help="read every file from its start, ignoring what earlier ingests read")
+    p.add_argument("--reframe-config", action="append", default=[], metavar="FILE",
+                   type=Path, help="a site's ReFrame configuration (Python, YAML or JSON): "
+                   "perflog lines written with its perflog handlers' format and datefmt are "
+                   "read by them (for layouts no rule recognises); repeatable")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress, summary only")
     p.set_defaults(func=run_ingest)
 
@@ -69,7 +73,7 @@ class _Tally:
 
 
 def _read_perflog(store: Store, path: Path, marks: filemarks.MarkIndex, reread: bool,
-                  tally: _Tally) -> None:
+                  tally: _Tally, formats: list[site_format.SiteFormat]) -> None:
     try:
         new = filemarks.read_new_bytes(path, marks, reread)
     except OSError as err:
@@ -81,7 +85,8 @@ def _read_perflog(store: Store, path: Path, marks: filemarks.MarkIndex, reread: 
     if new.unchanged:
         tally.unchanged += 1
         return
-    chunk = perflog.read_perflog_bytes(new.data, str(path), new.header, new.first_line)
+    chunk = perflog.read_perflog_bytes(new.data, str(path), new.header, new.first_line,
+                                       formats)
     count = store.add(chunk.samples, mark=new.mark(chunk.header))
     problems = chunk.problems
     if new.first_line == 1:
@@ -95,7 +100,7 @@ def _read_perflog(store: Store, path: Path, marks: filemarks.MarkIndex, reread: 
 
 
 def _read_run_report(store: Store, path: Path, marks: filemarks.MarkIndex, reread: bool,
-                     tally: _Tally) -> None:
+                     tally: _Tally, formats: list[site_format.SiteFormat]) -> None:
     try:
         unchanged, mark = filemarks.results_db_unchanged(path, marks)
     except OSError as err:
@@ -114,7 +119,7 @@ def _read_run_report(store: Store, path: Path, marks: filemarks.MarkIndex, rerea
 
 
 def _read_results_db(store: Store, path: Path, marks: filemarks.MarkIndex, reread: bool,
-                     tally: _Tally) -> None:
+                     tally: _Tally, formats: list[site_format.SiteFormat]) -> None:
     try:
         unchanged, mark = filemarks.results_db_unchanged(path, marks)
     except OSError as err:
@@ -131,6 +136,12 @@ def _read_results_db(store: Store, path: Path, marks: filemarks.MarkIndex, rerea
 
 
 def run_ingest(args: argparse.Namespace) -> int:
+    formats: list[site_format.SiteFormat] = []
+    for config in args.reframe_config:
+        try:
+            formats += site_format.load_formats(config)
+        except site_format.FormatError as err:
+            raise FabregError(f"--reframe-config {err}") from None
     try:
         found = perflog.find_inputs(args.paths)
     except FileNotFoundError as err:
@@ -151,7 +162,7 @@ def run_ingest(args: argparse.Namespace) -> int:
         for i, (path, what) in enumerate(inputs, start=1):
             read = {"db": _read_results_db, "report": _read_run_report,
                     "log": _read_perflog}[what]
-            read(store, path, marks, args.reread, tally)
+            read(store, path, marks, args.reread, tally, formats)
             progress(i, detail=f"{tally.added} new values")
         nseries, nvalues = store.count()
     if not args.quiet:

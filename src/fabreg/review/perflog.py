@@ -17,12 +17,12 @@ import math
 import os
 import re
 import sqlite3
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from fabreg.review import headerless_perflog
+from fabreg.review import headerless_perflog, site_format
 from fabreg.schema import (
     NOT_PARAMETERS,
     PAIR_METRIC_UNITS,
@@ -440,14 +440,16 @@ NOT_A_PERFLOG_LINE = ("data line before any valid header line, and not a headerl
 
 
 def read_perflog_chunk(lines: Iterable[str], source: str, header_line: str = "",
-                       first_line: int = 1) -> PerflogChunk:
+                       first_line: int = 1,
+                       site_formats: Sequence[site_format.SiteFormat] = ()) -> PerflogChunk:
     """Parse lines of one perflog file starting at line ``first_line``, under the header line
     ``header_line`` when they do not start with one (an ingest resuming mid-file).
 
     Each line is read in the layout it is written in: under a header, a line with the
     header's columns; otherwise a headerless ReFrame line (2.x/3.x default and its site
     variants, :mod:`fabreg.review.headerless_perflog`). A file that changes layout midway is
-    read in both.
+    read in both. ``site_formats`` (a site's own perflog formats, from its ReFrame
+    configuration) are tried first on a line that fits no header.
     """
     samples: list[Sample] = []
     problems: list[Problem] = []
@@ -487,6 +489,15 @@ def read_perflog_chunk(lines: Iterable[str], source: str, header_line: str = "",
                 except ValueError as err:
                     problems.append(Problem(source, lineno, str(err)))
                 continue
+        by_site = next((parsed for parsed in (f.parse(line, place) for f in site_formats)
+                        if parsed is not None), None)
+        if by_site is not None:
+            try:
+                samples.extend(_headerless_samples(by_site, source))
+                layouts[by_site.layout] = layouts.get(by_site.layout, 0) + 1
+            except ValueError as err:
+                problems.append(Problem(source, lineno, str(err)))
+            continue
         if headerless_perflog.looks_headerless(line):
             try:
                 try:
@@ -536,13 +547,14 @@ def _headerless_samples(line: headerless_perflog.HeaderlessLine, source: str) ->
 
 
 def read_perflog_bytes(data: bytes, source: str, header_line: str = "",
-                       first_line: int = 1) -> PerflogChunk:
+                       first_line: int = 1,
+                       site_formats: Sequence[site_format.SiteFormat] = ()) -> PerflogChunk:
     """:func:`read_perflog_chunk` on complete lines as read from the file (UTF-8)."""
     text = data.decode("utf-8", errors="replace")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    return read_perflog_chunk(lines, source, header_line, first_line)
+    return read_perflog_chunk(lines, source, header_line, first_line, site_formats)
 
 
 def _utc(stamp: float) -> str:
