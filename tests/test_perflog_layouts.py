@@ -253,3 +253,33 @@ def test_a_reframe_config_without_a_usable_format_is_one_line(tmp_path: Path):
     assert proc.stderr.count("\n") == 1
     assert "no perflog format to read by" in proc.stderr
     assert "header line, which ingest reads without the configuration" in proc.stderr
+
+
+def test_a_run_in_a_perflog_and_an_undated_run_report_is_stored_once(tmp_path: Path):
+    """ReFrame 3.0-4.6 reports give no completion time: the job id finds the perflog's run."""
+    log = tmp_path / "logs" / "daint" / "gpu" / "StreamTest.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("2022-03-01T10:04:12+01:00|reframe 3.12.0|StreamTest on daint:gpu using "
+                   "gnu|jobid=77|triad=51234.5|ref=50000 (l=-0.1, u=None)|MB/s\n")
+    report = {"session_info": {"data_version": "2.2", "hostname": "login1",
+                               "time_start": "2022-03-01T10:00:00+0100",
+                               "time_end": "2022-03-01T10:05:00+0100", "cmdline": "reframe -r",
+                               "change": "fw-2.1"},
+              "runs": [{"testcases": [
+                  {"name": "StreamTest", "display_name": "StreamTest", "system": "daint:gpu",
+                   "environment": "gnu", "jobid": "77", "result": "success",
+                   "perfvars": [{"name": "triad", "reference": 50000, "thres_lower": -0.1,
+                                 "thres_upper": None, "unit": "MB/s", "value": 51234.5}]},
+                  {"name": "Other", "display_name": "Other", "system": "daint:gpu",
+                   "environment": "gnu", "jobid": "78", "result": "success",
+                   "perfvars": [{"name": "t", "reference": 0, "thres_lower": None,
+                                 "thres_upper": None, "unit": "s", "value": 3.5}]}]}]}
+    (tmp_path / "logs" / "run-report-1.json").write_text(json.dumps(report))
+    db = tmp_path / "f.db"
+    proc = fabreg("ingest", str(tmp_path / "logs"), db=db, check=True)
+    assert "2 new value(s)" in proc.stdout  # triad once (from the perflog), Other's t
+    with sqlite3.connect(db) as conn:
+        sessions = dict(conn.execute("SELECT test, session FROM long").fetchall())
+        extras = conn.execute("SELECT extras FROM sessions").fetchone()[0]
+    assert sessions["StreamTest"] == sessions["Other"]  # the perflog run joined the session
+    assert json.loads(extras)["change"] == "fw-2.1"

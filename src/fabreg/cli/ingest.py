@@ -111,6 +111,9 @@ def _read_run_report(store: Store, path: Path, marks: filemarks.MarkIndex, rerea
         tally.unchanged += 1
         return
     report = run_report.read_run_report(path)
+    if report.undated and report.samples:
+        prefixes = {run_report.job_prefix(s.run) for s in report.samples} - {None}
+        run_report.drop_runs_stored_from_perflogs(report, store.runs_of_jobs(sorted(prefixes)))
     if report.layout:
         tally.layout(path, {report.layout: len(report.samples)})
     count = store.add(report.samples, report.sessions, report.links, from_results_db=True,

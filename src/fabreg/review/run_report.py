@@ -39,6 +39,8 @@ class Report:
 
     def __init__(self, layout: str = "") -> None:
         self.layout = layout
+        #: its test cases carry no completion time (dated at the session's end)
+        self.undated = False
         self.sessions: list[Session] = []
         self.links: list[RunLink] = []
         self.samples: list[Sample] = []
@@ -69,6 +71,7 @@ def read_run_report(path: Path) -> Report:
         return _failed(source, f"run report data_version {version or 'missing'!r} is not one "
                                f"this reads ({known})")
     report = Report(f"JSON run report, data_version {version} ({DATA_VERSIONS[major]})")
+    report.undated = major < 4
     try:
         session = _session(info, source)
     except (TypeError, ValueError) as err:
@@ -89,6 +92,34 @@ def read_run_report(path: Path) -> Report:
                 report.links.append(RunLink(samples[0].run.key, session.uuid))
             report.samples.extend(samples)
     return report
+
+
+def job_prefix(run: Run) -> str | None:
+    """The run key without its time, for a run that has a job id (else None)."""
+    if not run.jobid:
+        return None
+    return run.key[:run.key.rindex("|") + 1]
+
+
+def drop_runs_stored_from_perflogs(report: Report, stored: dict[str, str]) -> int:
+    """Leave out the report's undated runs that a perflog already gave the store (same test,
+    place and job): link their perflog runs to the report's session instead. Returns the
+    number of values left out."""
+    kept, dropped, linked = [], 0, set()
+    for sample in report.samples:
+        prefix = job_prefix(sample.run) if sample.run.session else None
+        perflog_run = stored.get(prefix) if prefix else None
+        if perflog_run is None:
+            kept.append(sample)
+            continue
+        dropped += 1
+        if perflog_run not in linked:
+            linked.add(perflog_run)
+            report.links.append(RunLink(perflog_run, sample.run.session))
+    report.links = [link for link in report.links
+                    if link.run_key in linked or any(s.run.key == link.run_key for s in kept)]
+    report.samples = kept
+    return dropped
 
 
 def _failed(source: str, reason: str) -> Report:

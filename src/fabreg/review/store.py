@@ -476,6 +476,17 @@ class Store:
             raise self._error(err) from None
         return [FileMark(*row) for row in rows]
 
+    def runs_of_jobs(self, prefixes: list[str]) -> dict[str, str]:
+        """Stored run keys by their key without the time (``name|system|part|env|jobid|``):
+        how a run report that dates no test case finds the perflog run of the same job."""
+        found: dict[str, str] = {}
+        for prefix in prefixes:
+            row = self._query("SELECT run_key FROM runs WHERE run_key > ? AND run_key < ? "
+                              "AND from_results_db = 0 LIMIT 1", (prefix, prefix + "\uffff"))
+            if row:
+                found[prefix] = row[0][0]
+        return found
+
     def session_ids(self) -> set[str]:
         """The uuids of the results-DB sessions the store holds."""
         return {r[0] for r in self._query("SELECT uuid FROM sessions")}
