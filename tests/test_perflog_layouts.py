@@ -283,3 +283,20 @@ def test_a_run_in_a_perflog_and_an_undated_run_report_is_stored_once(tmp_path: P
         extras = conn.execute("SELECT extras FROM sessions").fetchone()[0]
     assert sessions["StreamTest"] == sessions["Other"]  # the perflog run joined the session
     assert json.loads(extras)["change"] == "fw-2.1"
+
+
+def test_fabreg_sessions_names_the_column_that_split_a_series(tmp_path: Path):
+    header = "job_completion_time|display_name|system|partition|environ|{extra}bw_value|bw_unit"
+    log = tmp_path / "s" / "p" / "Osu.log"
+    log.parent.mkdir(parents=True)
+    lines = [header.format(extra="")]
+    lines += [f"2024-03-0{d}T02:00:00|Osu|s|p|e|9.{d}|GB/s" for d in (1, 2, 3)]
+    lines += [header.format(extra="build_id|")]  # the site added a column in March
+    lines += [f"2024-03-0{d}T02:00:00|Osu|s|p|e|b17|9.{d}|GB/s" for d in (4, 5)]
+    log.write_text("\n".join(lines) + "\n")
+    db = tmp_path / "f.db"
+    fabreg("ingest", str(log), db=db, check=True)
+    proc = fabreg("sessions", db=db, check=True)
+    assert "series split by a changed column (1)" in proc.stdout
+    assert ("2024-03-04T02:00:00Z  Osu bw on s:p+e: column 'build_id' changed (absent) -> b17"
+            in proc.stdout)

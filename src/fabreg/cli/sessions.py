@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.review.compare import list_sessions
+from fabreg.review.series_splits import find_splits
 from fabreg.review.store import Store
 
 
@@ -24,4 +25,11 @@ def run_sessions(args: argparse.Namespace) -> int:
         when = datetime.fromtimestamp(info.start, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         extras = " ".join(f"{k}={v}" for k, v in sorted(info.extras.items()))
         print(f"{info.id}  {when}  {extras}".rstrip())
+    splits = find_splits(all_series)
+    if splits:
+        print(f"\nseries split by a changed column ({len(splits)}): the newer series starts "
+              "where the older stops")
+        for split in splits:
+            when = datetime.fromtimestamp(split.at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            print(f"  {when}  {split.text()}")
     return 0
