@@ -40,6 +40,8 @@ COMMANDS: dict[str, str] = {
     "cluster": "fabreg.cli.cluster",
     # where a fault is (issue 14): the sweep's suspects
     "isolate": "fabreg.cli.isolate",
+    # a site configuration drawn from the live Slurm cluster
+    "site": "fabreg.cli.site",
 }
 
 
