@@ -8,6 +8,7 @@ import pytest
 
 from fabreg.run.parsers.osu import (
     TITLES,
+    abort_line,
     element_bytes,
     expected_sizes,
     parse_osu,
@@ -183,3 +184,18 @@ def test_a_one_byte_datatype_still_demands_one_byte_rows(golden):
     result = parse_osu(_text(golden, "openmpi-shm-osu_allreduce-2ranks.txt"))
     assert result.datatype == "MPI_CHAR"
     assert expected_sizes(result, "osu_allreduce", 1, 64)[0] == 1
+
+
+@pytest.mark.parametrize("line", [
+    # MVAPICH2 2.3.7 ch3:nemesis under osu_bibw 5.9 (seen here; its source path shortened)
+    "[rank 1] Assertion failed in file src/mpid/ch3/channels/nemesis/src/ch3_progress.c at "
+    "line 782: pkt->type >= 0 && pkt->type < MPIDI_CH3_PKT_END_ALL",
+    "internal ABORT - process 1",
+    "===   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES",
+    "MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD",
+    "Fatal error in PMPI_Init: Other MPI error, error stack:",
+])
+def test_the_line_where_an_mpi_says_a_rank_died_explains_a_cut_table(line):
+    text = "# OSU MPI Bi-Directional Bandwidth Test v5.9\n# Size      Bandwidth (MB/s)\n" + line
+    assert abort_line(text) == line.strip()
+    assert abort_line("# OSU MPI Latency Test v7.2\n1   0.21\n") is None

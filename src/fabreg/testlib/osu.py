@@ -31,6 +31,7 @@ from fabreg.metrics import perfvar_name
 from fabreg.run import busbw, iteration_budget, linkage, measure, providers
 from fabreg.run.parsers.osu import (
     OsuResult,
+    abort_line,
     expected_sizes,
     parse_osu,
     powers_of_two,
@@ -356,7 +357,8 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
         sizes = expected_sizes(result, self.benchmark, 1, self.max_size)
         problem = table_problem(result, self.benchmark, sizes)
         if problem:
-            raise SanityError(problem)
+            died = abort_line(self.output_text())
+            raise SanityError(f"{problem}; the MPI aborted: {died}" if died else problem)
         return True
 
     @run_before("performance")

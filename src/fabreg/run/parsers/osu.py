@@ -165,6 +165,20 @@ def table_problem(result: OsuResult, benchmark: str, sizes: list[int]) -> str | 
     return None
 
 
+#: How MPIs and their launchers say a rank died: the first such line explains a cut table.
+_ABORTS = re.compile(r"Assertion failed in file|internal ABORT|BAD TERMINATION|MPI_ABORT was "
+                     r"invoked|Fatal error in|aborting job|Segmentation fault|"
+                     r"noticed that process rank \d+ .* exited on signal")
+
+
+def abort_line(text: str) -> str | None:
+    """The first line of ``text`` in which an MPI or its launcher says a rank died, if any."""
+    for line in text.splitlines():
+        if _ABORTS.search(line):
+            return line.strip()[:300]
+    return None
+
+
 def powers_of_two(low: int, high: int) -> list[int]:
     """The sizes OSU runs for ``-m low:high``."""
     sizes, size = [], max(1, low)
