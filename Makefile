@@ -7,13 +7,17 @@ RFM_FLAGS   ?=
 PYTEST_FLAGS ?=
 STAMP       := $(VENV)/.fabreg-installed
 
-.PHONY: run test setup deps-run deps-test venv lint clean
+.PHONY: run test test-fast setup deps-run deps-test venv lint clean
 
 run: deps-run venv
 	$(VENV)/bin/reframe -C reframe-config.py -c checks/ -r $(RFM_FLAGS)
 
 test: deps-test venv
 	$(VENV)/bin/pytest $(PYTEST_FLAGS)
+
+# For quick iteration: no emulated cluster, no ReFrame sessions, no real MPI jobs.
+test-fast: venv
+	$(VENV)/bin/pytest -m "not slow and not cluster" $(PYTEST_FLAGS)
 
 setup: deps-test venv
 

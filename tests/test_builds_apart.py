@@ -13,6 +13,8 @@ from conftest import REPO, run_reframe
 
 from fabreg.testlib.base import runs_on_reframe_host
 
+pytestmark = pytest.mark.slow  # real ReFrame sessions
+
 CHECKS = REPO / "tests" / "build_checks" / "overlap.py"
 
 

@@ -135,6 +135,20 @@ def test_a_wrapper_that_names_no_existing_library_gives_no_expectation(tmp_path)
     assert expected.libraries == frozenset()
 
 
+def test_a_linker_script_so_as_pypis_mpich_ships_resolves_to_the_library_it_names(tmp_path):
+    """The mpich wheel holds ``libmpi.so`` = ``INPUT(libmpi.so.12)`` (a wheel has no symlinks):
+    its binaries load libmpi.so.12, which is mpich's own library, not another MPI's."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "libmpi.so").write_text("INPUT(libmpi.so.12)\n")
+    (lib / "libmpi.so.12").write_bytes(b"\x7fELF" + b"\0" * 64)
+    show = f"cc -I{tmp_path}/include -L{lib} -Wl,-rpath -Wl,{lib} -lmpi"
+    expected = expected_from_wrapper("mpich", "mpicc -show", show)
+    assert expected.libraries == frozenset({str((lib / "libmpi.so.12").resolve())})
+    loaded = parse_ldd("osu_latency", f"\tlibmpi.so.12 => {lib}/libmpi.so.12 (0x00007f)\n")
+    assert linkage_problem(loaded, expected) is None
+
+
 @pytest.mark.slow
 @needs_both
 def test_an_osu_prefix_built_against_mpich_fails_the_openmpi_binaries_fixture(tmp_path):

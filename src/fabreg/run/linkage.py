@@ -126,11 +126,33 @@ def wrapper_link_flags(show: str) -> tuple[list[str], list[str]]:
     return libdirs + rpaths, names
 
 
+#: A linker script standing for the library (``INPUT(libmpi.so.12)``): what a Python wheel
+#: ships instead of the ``libmpi.so -> libmpi.so.12`` symlink it cannot hold (PyPI's mpich).
+_LD_SCRIPT = re.compile(r"^\s*(?:INPUT|GROUP)\s*\(\s*([^\s)]+)")
+
+
+def _linker_script_target(path: Path) -> Path | None:
+    """The library a small linker-script ``.so`` names, if it is one."""
+    try:
+        if path.stat().st_size > 4096:
+            return None
+        match = _LD_SCRIPT.match(path.read_text(errors="replace"))
+    except OSError:
+        return None
+    if match is None:
+        return None
+    target = Path(match.group(1))
+    return target if target.is_absolute() else path.parent / target
+
+
 def _resolve(name: str, dirs: list[str]) -> str | None:
     """The real file ``-l<name>`` links from ``dirs`` (the ``.so``, else a versioned one)."""
     for directory in dirs:
         plain = Path(directory) / f"lib{name}.so"
         if plain.exists():
+            script = _linker_script_target(plain)
+            if script is not None and script.exists():
+                return os.path.realpath(script)
             return os.path.realpath(plain)
         versioned = sorted(Path(directory).glob(f"lib{name}.so.*")) if Path(
             directory).is_dir() else []
