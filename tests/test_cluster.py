@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REFRAME, REPO, fabreg, run_reframe
+from conftest import REPO, fabreg, run_reframe
 
 from fabreg.run import procfs
 
@@ -503,35 +503,3 @@ def test_node_dying_mid_run_fails_its_job_and_the_run_goes_on(cluster, tmp_path)
     assert "started slurmd-node2" in revived.stdout
     assert cluster.fabreg("status").returncode == 0
 
-
-def test_site_init_describes_the_cluster_and_its_site_py_runs_the_quick_subset(cluster,
-                                                                              tmp_path):
-    """The emulated cluster read as a site never seen: Slurm and one probe job per partition
-    write site.py; ReFrame runs the quick subset with it, no hand edit."""
-    env = {**os.environ, "SLURM_CONF": str(cluster.state_dir / "slurm.conf")}
-    env.pop("FABREG_CLUSTER_DIR", None)
-    site = tmp_path / "site.py"
-    init = subprocess.run([sys.executable, "-m", "fabreg.cli", "site", "init", "--system",
-                           "unseen", "--out", str(site)], capture_output=True, text=True,
-                          timeout=600, cwd=tmp_path, env=env)
-    assert init.returncode == 0, init.stdout + init.stderr
-    assert "compute: 2 node(s), 2 CPUs; probed node1:" in init.stdout
-    assert "interfaces fab0" in init.stdout and "MPIs mpich, openmpi" in init.stdout
-    text = site.read_text()
-    assert "'tcp_interfaces': ['fab0']" in text and "'transports': ['shm', 'tcp']" in text
-    assert "max_nodes=2, scheduler='squeue'" in text  # no accounting on the emulated cluster
-    again = subprocess.run([sys.executable, "-m", "fabreg.cli", "site", "init", "--out",
-                            str(site)], capture_output=True, text=True, timeout=60, env=env)
-    assert again.returncode == 2 and "exists: not overwritten" in again.stderr
-    run = subprocess.run([str(REFRAME), "-C", str(REPO / "reframe-config.py"), "-C", str(site),
-                          "-c", str(REPO / "checks"), "--system", "unseen", "--prefix",
-                          str(tmp_path), "-r", "--tag", "quick", "-n",
-                          "%transport=tcp%nodes=2", *FAST],
-                         capture_output=True, text=True, timeout=1800, cwd=tmp_path,
-                         env={**env, "FABREG_PERFLOG_DIR": str(tmp_path / "perflogs")})
-    out = run.stdout + run.stderr
-    assert run.returncode == 0, out[-6000:]
-    rows = _rows(tmp_path / "perflogs" / "unseen" / "compute" / "OsuLatency.log")
-    assert {r["environ"] for r in rows} == {"openmpi", "mpich"}
-    assert all(r["job_nodelist"] == "node1,node2" and r["transport_used"] == "tcp"
-               for r in rows), rows

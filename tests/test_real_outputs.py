@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 
 from fabreg.run import transport as t
-from fabreg.run.parsers import ethtool, gpu_support, inventory, osu, perftest, ucx_perftest
+from fabreg.run.parsers import (
+    ethtool,
+    gpu_support,
+    inventory,
+    osu,
+    perftest,
+    slurm,
+    ucx_perftest,
+)
 from fabreg.run.parsers.transport_log import (
     evidence_hosts,
     mvapich2_report,
@@ -339,6 +347,25 @@ def ompi_smcuda() -> None:
 _MGPM7 = "mvapich2/mgpm7-mvapich2.3.4-"
 
 
+def slurm_partitions() -> None:
+    cpu, big = slurm.parse_partitions(_text(
+        "slurm/fabreg-cluster-4nodes-2partitions-scontrol-show-partition.txt"))
+    assert (cpu.name, cpu.nodes, cpu.total_nodes, cpu.default) == ("cpu", "node[1-2]", 2, True)
+    assert (big.name, big.nodes, big.total_nodes, big.default) == ("big", "node[3-4]", 2, False)
+    assert cpu.max_nodes is None  # MaxNodes=UNLIMITED
+
+
+def slurm_nodes_with_a_drained_one() -> None:
+    nodes = slurm.parse_nodes(_text(
+        "slurm/fabreg-cluster-4nodes-drained-node2-scontrol-show-node.txt"))
+    assert [(n.name, n.cpus, n.features, n.partitions) for n in nodes] == [
+        ("node1", 1, ("cpu",), ("cpu",)), ("node2", 1, ("cpu",), ("cpu",)),
+        ("node3", 2, ("big", "fat"), ("big",)), ("node4", 2, ("big", "fat"), ("big",))]
+    assert [n.idle for n in nodes] == [True, False, True, True]
+    assert nodes[1].state == "IDLE+DRAIN" and not nodes[1].usable
+    assert nodes[1].reason.startswith("recabled switch 7 [root@")
+
+
 def mvapich2_mpiname() -> None:
     text = _text(_MGPM7 + "cuda-mpiname-a.txt")
     assert inventory.hydra_device(text) == "ch3:mrail"
@@ -470,6 +497,9 @@ EXPECTATIONS: dict[str, Callable[[], None]] = {
     _MGPM7 + "all-parameters-qkey-to-eager-part.txt": mvapich2_all_parameters_part,
     _MGPM7 + "cuda-parameters-end-and-run-part.txt": mvapich2_gdr_parameters_part,
     "mvapich2/kisti-nurion-mvapich2-x2.3.3-psm2-knl-show-env-info.txt": mvapich2_x_psm2,
+    "slurm/fabreg-cluster-4nodes-2partitions-scontrol-show-partition.txt": slurm_partitions,
+    "slurm/fabreg-cluster-4nodes-drained-node2-scontrol-show-node.txt":
+        slurm_nodes_with_a_drained_one,
 }
 
 

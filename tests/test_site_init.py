@@ -14,6 +14,7 @@ from pathlib import Path
 from conftest import REPO
 
 from fabreg.run.parsers.slurm import parse_nodes, parse_partitions
+from fabreg.run.site_init import render, survey
 
 FABREG = [sys.executable, "-m", "fabreg.cli", "site", "init"]
 
@@ -43,31 +44,24 @@ def test_an_existing_site_py_is_refused_before_anything_runs(tmp_path: Path):
     assert out.read_text() == "# the site's own, edited by hand\n"
 
 
-# What Slurm 22.05's `scontrol show ... --oneliner` prints on the emulated cluster, one
-# partition and a drained node (recorded from `fabreg cluster up --nodes 2`).
-PARTITIONS = ("PartitionName=compute AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL "
-              "AllocNodes=ALL Default=YES QoS=N/A DefaultTime=NONE DisableRootJobs=NO "
-              "ExclusiveUser=NO GraceTime=0 Hidden=NO MaxNodes=UNLIMITED MaxTime=UNLIMITED "
-              "MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED Nodes=node[1-2] PriorityJobFactor=1 "
-              "PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=NO OverTimeLimit=NONE "
-              "PreemptMode=OFF State=UP TotalCPUs=4 TotalNodes=2 SelectTypeParameters=NONE "
-              "JobDefaults=(null) DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED\n")
-NODES = ("NodeName=node1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=2 CPUTot=2 "
-         "CPULoad=0.31 AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) "
-         "NodeAddr=10.88.0.11 NodeHostName=node1 Version=22.05.8 State=IDLE "
-         "ThreadsPerCore=1 Partitions=compute\n"
-         "NodeName=node2 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=2 CPUTot=2 "
-         "CPULoad=0.31 AvailableFeatures=big,ib ActiveFeatures=big,ib Gres=gpu:a100:4 "
-         "NodeAddr=10.88.0.12 NodeHostName=node2 Version=22.05.8 State=IDLE+DRAIN "
-         "ThreadsPerCore=1 Partitions=compute Reason=recabled switch 7 [root@2026-11-25]\n")
+def test_a_partition_with_no_idle_node_is_written_from_slurm_and_says_why():
+    """No probe job can run where every node is drained: the partition is still described,
+    from Slurm's own words, and the reason printed (recorded outputs of a real cluster)."""
+    real = REPO / "tests" / "data" / "real" / "slurm"
+    partitions = parse_partitions(
+        (real / "fabreg-cluster-4nodes-2partitions-scontrol-show-partition.txt").read_text())
+    nodes = [n for n in parse_nodes(
+        (real / "fabreg-cluster-4nodes-drained-node2-scontrol-show-node.txt").read_text())
+        if n.name == "node2"]
+    (cpu,) = survey(partitions, nodes, ["cpu"], run=_no_job_may_run)
+    assert cpu.probe is None
+    assert cpu.unprobed == "no idle node to probe (node2 IDLE+DRAIN)"
+    assert cpu.findings == [
+        f"not usable now: node2 (IDLE+DRAIN: {nodes[0].reason})"]
+    text = render("unseen", [cpu], "login1")
+    assert "# not probed: no idle node to probe (node2 IDLE+DRAIN)" in text
+    compile(text, "site.py", "exec")  # a file ReFrame can load
 
 
-def test_scontrol_oneliners_parse_into_partitions_and_nodes():
-    (part,) = parse_partitions(PARTITIONS)
-    assert (part.name, part.nodes, part.total_nodes, part.max_nodes, part.default) == (
-        "compute", "node[1-2]", 2, None, True)
-    node1, node2 = parse_nodes(NODES)
-    assert (node1.cpus, node1.features, node1.gres, node1.idle) == (2, (), (), True)
-    assert (node2.features, node2.gres) == (("big", "ib"), ("gpu:a100:4",))
-    assert not node2.usable and not node2.idle
-    assert node2.reason == "recabled switch 7 [root@2026-11-25]"
+def _no_job_may_run(argv, timeout):
+    raise AssertionError(f"no job may run here: {argv}")

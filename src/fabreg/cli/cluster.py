@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
-from fabreg.cluster import faults, lifecycle
-from fabreg.cluster.layout import DEFAULT_STATE_DIR, MAX_NODES, STATE_DIR_ENV, Layout, Paths
+from fabreg.cluster import faults, lifecycle, slurmclient
+from fabreg.cluster import state as statefile
+from fabreg.cluster.layout import (
+    DEFAULT_STATE_DIR,
+    MAX_NODES,
+    STATE_DIR_ENV,
+    Layout,
+    PartitionSpec,
+    Paths,
+)
 from fabreg.cluster.layout import state_dir as default_state_dir
 from fabreg.errors import FabregError
 
@@ -37,7 +46,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"slurmd TCP port inside the nodes (default {Layout.slurmd_port})")
     p.add_argument("--timeout", type=float, default=lifecycle.IDLE_TIMEOUT,
                    help="seconds to wait for all nodes to become idle")
+    p.add_argument("--name", default="", help="play a site the suite has never seen: Slurm's "
+                   "ClusterName; the `minicluster` system then does not describe it (use "
+                   "`fabreg site init`)")
+    p.add_argument("--partition", action="append", default=[], metavar="NAME:NODES[:OPTS]",
+                   help="a partition, e.g. cpu:node[1-2]:cpus=1 or big:node[3-4]:features=big; "
+                   "repeatable (default: one partition 'compute' of every node)")
     p.set_defaults(func=_up)
+
+    p = sub.add_parser("drain", help="set a node DRAIN (no new jobs), as an admin would")
+    p.add_argument("node", metavar="NODE")
+    p.add_argument("--reason", default="drained by fabreg cluster drain")
+    p.set_defaults(func=_drain)
+
+    p = sub.add_parser("resume", help="return a drained or down node to service")
+    p.add_argument("node", metavar="NODE")
+    p.set_defaults(func=_resume)
 
     p = sub.add_parser("status", help="nodes, daemons, links and the state directory")
     p.set_defaults(func=_status)
@@ -78,13 +102,47 @@ def _paths(args: argparse.Namespace) -> Paths:
 
 
 def _up(args: argparse.Namespace) -> int:
+    if args.partition and not args.name:
+        raise FabregError("--partition needs --name: partitions of their own make the cluster "
+                          "a site (the minicluster system has one partition, compute)")
+    if args.name and not re.fullmatch(r"[a-z][a-z0-9_-]{0,39}", args.name):
+        raise FabregError(f"--name {args.name!r}: lower-case letters, digits, '-' and '_', "
+                          "starting with a letter")
+    partitions = tuple(PartitionSpec.parse(p, args.nodes) for p in args.partition)
+    names = [p.name for p in partitions]
+    if len(set(names)) != len(names):
+        raise FabregError(f"--partition: a name given twice ({', '.join(names)})")
     layout = Layout(nodes=args.nodes, subnet=args.subnet, ctld_port=args.ctld_port,
-                    slurmd_port=args.slurmd_port)
+                    slurmd_port=args.slurmd_port, name=args.name, partitions=partitions)
     paths = _paths(args)
     if args.timeout <= 0:
         raise FabregError(f"--timeout must be positive, got {args.timeout}")
     st = lifecycle.up(paths, layout, timeout=args.timeout)
     print(lifecycle.usage(paths, st))
+    return 0
+
+
+def _node_state(args: argparse.Namespace, state: str, reason: str = "") -> int:
+    paths = _paths(args)
+    st = statefile.load(paths)
+    if st is None:
+        raise FabregError(f"no cluster is up (no state in {paths.root})")
+    node = st.layout.node_names()[st.layout.node_index(args.node) - 1]
+    error = slurmclient.set_state(paths, node, state, reason)
+    if error:
+        raise FabregError(f"scontrol could not set {node} {state}: {error}")
+    return 0
+
+
+def _drain(args: argparse.Namespace) -> int:
+    _node_state(args, "drain", args.reason)
+    print(f"{args.node}: DRAIN ({args.reason}); `fabreg cluster resume {args.node}` undoes it")
+    return 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    _node_state(args, "resume")
+    print(f"{args.node}: back in service")
     return 0
 
 

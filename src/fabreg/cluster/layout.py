@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,6 +40,71 @@ def short_hostname() -> str:
 
 
 @dataclass(frozen=True)
+class PartitionSpec:
+    """One Slurm partition of a cluster that plays a site: ``cpu:node[1-2]:cpus=1:features=a,b``.
+
+    Its nodes declare ``cpus`` CPUs (at most the machine's: the nodes share its cores) and
+    the features, so that a site configuration drawn from Slurm sees partitions that differ.
+    """
+
+    name: str
+    nodes: tuple[int, ...]
+    cpus: int = 0  # 0: the machine's
+    features: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str, node_count: int) -> PartitionSpec:
+        name, _, rest = text.partition(":")
+        nodes_expr, *options = rest.split(":") if rest else [""]
+        if not name or not nodes_expr:
+            raise FabregError(f"--partition {text!r}: expected NAME:NODES[:cpus=N]"
+                              "[:features=A,B], e.g. big:node[3-4]:cpus=2:features=big")
+        cpus, features = 0, ()
+        for option in options:
+            key, _, value = option.partition("=")
+            if key == "cpus" and value.isdigit() and int(value) > 0:
+                cpus = int(value)
+            elif key == "features" and value:
+                features = tuple(f for f in value.split(",") if f)
+            else:
+                raise FabregError(f"--partition {text!r}: unknown option {option!r} (cpus=N, "
+                                  "features=A,B)")
+        machine = os.cpu_count() or 1
+        if cpus > machine:
+            raise FabregError(f"--partition {text!r}: cpus={cpus}, but the nodes share this "
+                              f"machine's {machine} CPU(s)")
+        indices = []
+        for host in expand_hostlist(nodes_expr):
+            number = host[4:] if host.startswith("node") else ""
+            if not number.isdigit() or not 1 <= int(number) <= node_count:
+                raise FabregError(f"--partition {text!r}: no node {host!r} among "
+                                  f"node1..node{node_count}")
+            indices.append(int(number))
+        return cls(name, tuple(sorted(set(indices))), cpus, features)
+
+    def hostlist(self) -> str:
+        return ",".join(f"node{i}" for i in self.nodes)
+
+
+def expand_hostlist(expression: str) -> list[str]:
+    """``node[1-2],node4`` -> ``['node1', 'node2', 'node4']`` (Slurm's simple forms)."""
+    hosts = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?", expression):
+        match = re.fullmatch(r"(.*)\[([^\]]*)\]", part)
+        if not match:
+            hosts.append(part)
+            continue
+        prefix, ranges = match.groups()
+        for item in ranges.split(","):
+            low, _, high = item.partition("-")
+            if not low.isdigit() or (high and not high.isdigit()):
+                raise FabregError(f"bad host list {expression!r}")
+            for n in range(int(low), int(high or low) + 1):
+                hosts.append(f"{prefix}{n:0{len(low)}d}")
+    return hosts
+
+
+@dataclass(frozen=True)
 class Layout:
     """The choices that define a cluster; everything else is derived from them."""
 
@@ -48,6 +114,11 @@ class Layout:
     slurmd_port: int = 16818
     controller: str = ""
     cpus_per_node: int = 0
+    #: Slurm's ClusterName when the cluster plays a site the suite has never seen (``--name``);
+    #: empty: the suite's own ``minicluster``.
+    name: str = ""
+    #: Its partitions (``--partition``); empty: one partition ``compute`` of every node.
+    partitions: tuple[PartitionSpec, ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.nodes <= MAX_NODES:
@@ -112,9 +183,28 @@ class Layout:
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
+    @property
+    def cluster_name(self) -> str:
+        return self.name or CLUSTER_NAME
+
+    def node_cpus(self, index: int) -> int:
+        """The CPUs node ``index`` declares: its partition's, else the machine's."""
+        for spec in self.partitions:
+            if index in spec.nodes and spec.cpus:
+                return spec.cpus
+        return self.cpus_per_node
+
+    def node_features(self, index: int) -> tuple[str, ...]:
+        return tuple(f for spec in self.partitions if index in spec.nodes
+                     for f in spec.features)
+
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> Layout:
         fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        fields["partitions"] = tuple(
+            PartitionSpec(p["name"], tuple(p["nodes"]), p.get("cpus", 0),
+                          tuple(p.get("features", ())))
+            for p in fields.get("partitions") or ())  # type: ignore[union-attr]
         return cls(**fields)  # type: ignore[arg-type]
 
 

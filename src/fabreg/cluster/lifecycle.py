@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fabreg.cluster import network, preflight, processes, slurmclient, slurmconf
 from fabreg.cluster import state as statefile
-from fabreg.cluster.layout import BRIDGE, Layout, Paths
+from fabreg.cluster.layout import BRIDGE, SLURM_PARTITION, Layout, Paths
 from fabreg.cluster.processes import Daemon
 from fabreg.cluster.state import ClusterState
 from fabreg.errors import FabregError
@@ -211,6 +211,18 @@ def _wait_idle(paths: Paths, st: ClusterState, say: Say, timeout: float) -> None
 def usage(paths: Paths, st: ClusterState) -> str:
     """How to use a running cluster (printed at the end of `up`)."""
     n = st.layout.nodes
+    parts = ", ".join(f"{p.name} ({p.hostlist()})" for p in st.layout.partitions)
+    if st.layout.name:
+        return "\n".join([
+            f"cluster up: {st.layout.name}, {n} node(s), partitions {parts or 'compute'}, "
+            f"state in {paths.root}",
+            "it plays a site the suite has never seen; describe it as a site would:",
+            f"  export SLURM_CONF={paths.slurm_conf}",
+            f"  .venv/bin/fabreg site init --system {st.layout.name} --out site.py",
+            f"  .venv/bin/reframe -C reframe-config.py -C site.py -c checks/ -r "
+            f"--system {st.layout.name}",
+            "nodes: fabreg cluster drain node2 | resume node2; tear down: fabreg cluster down",
+        ])
     return "\n".join([
         f"cluster up: {n} node(s) {st.layout.nodelist()}, partition compute, "
         f"state in {paths.root}",
@@ -284,7 +296,8 @@ def down(paths: Paths, say: Say = _say, purge: bool = False) -> list[str]:
     preflight.require_root("down")
     st = statefile.load(paths)
     if st and st.daemons.get("slurmctld", None) and st.daemons["slurmctld"].alive():
-        slurmclient.cancel_all(paths)
+        slurmclient.cancel_all(paths, [p.name for p in st.layout.partitions] or
+                               [SLURM_PARTITION])
 
     daemons = dict(st.daemons) if st else {}
     order = sorted(daemons, key=lambda n: (not n.startswith("slurmd-"), n == "munged"))

@@ -54,7 +54,8 @@ def running_layout(paths: Paths | None = None) -> Layout | None:
         st = load(paths)
     except Exception:  # an unreadable state file must not break other systems' runs
         return None
-    return st.layout if st else None
+    # A cluster brought up with --name plays a site: only its own site.py describes it.
+    return st.layout if st and not st.layout.name else None
 
 
 def use_cluster(paths: Paths | None = None) -> None:
@@ -63,6 +64,16 @@ def use_cluster(paths: Paths | None = None) -> None:
     Called by reframe-config.py only when ``--system minicluster`` was given.
     """
     paths = paths or Paths(state_dir())
+    try:
+        named = load(paths)
+    except Exception:
+        named = None
+    if named and named.layout.name:
+        raise SystemExit(
+            f"fabreg: error: --system {SYSTEM}: the cluster in {paths.root} plays the site "
+            f"{named.layout.name!r} (`fabreg cluster up --name`): describe it with `fabreg site "
+            f"init --system {named.layout.name}` and run with -C site.py --system "
+            f"{named.layout.name}")
     if running_layout(paths) is None:
         raise SystemExit(
             f"fabreg: error: --system {SYSTEM}: no emulated cluster is up (no state in "

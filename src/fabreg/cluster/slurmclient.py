@@ -53,9 +53,19 @@ def node_reasons(paths: Paths) -> dict[str, str]:
     return reasons
 
 
-def cancel_all(paths: Paths) -> None:
+def cancel_all(paths: Paths, partitions: Sequence[str] = (SLURM_PARTITION,)) -> None:
     """Cancel every job of the emulated cluster (all of them were submitted to it)."""
-    run(paths, ["scancel", "--full", "--partition", SLURM_PARTITION], timeout=10)
+    for partition in partitions:
+        run(paths, ["scancel", "--full", "--partition", partition], timeout=10)
+
+
+def set_state(paths: Paths, node: str, state: str, reason: str = "") -> str:
+    """``scontrol update nodename=NODE state=STATE [reason=...]``; Slurm's error, or ''."""
+    argv = ["scontrol", "update", f"nodename={node}", f"state={state}"]
+    if reason:
+        argv.append(f"reason={reason}")
+    done = run(paths, argv, timeout=10)
+    return "" if done.returncode == 0 else (done.stderr or done.stdout).strip()
 
 
 def resume(paths: Paths, node: str) -> None:

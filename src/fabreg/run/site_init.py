@@ -206,7 +206,7 @@ def survey(partitions: list[Partition], nodes: list[Node], wanted: Sequence[str]
                     break
             if probes:
                 entry.probe = probes[0]
-                if len(probes) == 2 and probes[0].ucx != probes[1].ucx:
+                if len(probes) == 2 and _ucx_set(probes[0]) != _ucx_set(probes[1]):
                     entry.findings.append(
                         f"heterogeneous partition: {probes[0].node} and {probes[1].node} "
                         f"differ in `ucx_info -d` ({_ucx_text(probes[0])} against "
@@ -215,8 +215,13 @@ def survey(partitions: list[Partition], nodes: list[Node], wanted: Sequence[str]
     return out
 
 
+def _ucx_set(probe: Probe) -> set[tuple[str, str]]:
+    """What UCX offers, order aside (ucx_info lists a transport's devices in any order)."""
+    return {(t, d) for t, devices in probe.ucx.items() for d in devices}
+
+
 def _ucx_text(probe: Probe) -> str:
-    return ", ".join(f"{t}/{'/'.join(d)}" for t, d in sorted(probe.ucx.items())) or "none"
+    return ", ".join(f"{t}/{'/'.join(sorted(d))}" for t, d in sorted(probe.ucx.items())) or "none"
 
 
 def _py_name(name: str) -> str:

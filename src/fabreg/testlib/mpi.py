@@ -20,6 +20,7 @@ at setup with the reason from ``fabreg.run.transport.availability_problem``.
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -228,6 +229,31 @@ class MpiCheck(FabregCheck):
         style = self.launcher_style()
         self.env_vars.update(spec.environment(style))
         self.launch_options = spec.options(style) + list(self.launch_options)
+
+    @run_after("setup")
+    def allow_oversubscription(self) -> None:
+        """More ranks on a node than it has CPUs: intended on a local host (2-core CI
+        machines) and on a partition that says so (``extras['oversubscribe']``: the emulated
+        cluster, whose nodes share the machine's cores), where Slurm is told to overcommit;
+        on another partition whose nodes declare fewer CPUs (``processor.num_cpus``) the
+        case is skipped with why, not failed by ``sbatch``."""
+        part = self.current_partition
+        cpus = (os.cpu_count() or 1) if self.is_local() else part.processor.num_cpus
+        per_node = self.num_tasks_per_node or self.num_tasks
+        if not cpus or per_node <= cpus:
+            return
+        if not self.is_local():
+            self.skip_if(not part.extras.get("oversubscribe"),
+                         f"{per_node} ranks per node need {per_node} CPUs; the nodes of "
+                         f"{part.fullname} have {cpus} (processor.num_cpus)")
+            # Slurm overcommits a job only without --ntasks-per-node: one node, all its tasks.
+            self.skip_if(self.num_nodes > 1,
+                         f"{per_node} ranks per node on {self.num_nodes} nodes of {cpus} CPUs: "
+                         "Slurm overcommits only a one-node job")
+            self.job.options = [*self.job.options, "--overcommit"]
+            self.num_tasks_per_node = None
+        if self.mpi == "openmpi" and "--oversubscribe" not in self.launch_options:
+            self.launch_options = [*self.launch_options, "--oversubscribe"]
 
     @run_after("sanity")
     def check_transport_used(self) -> None:
