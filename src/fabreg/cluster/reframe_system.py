@@ -142,7 +142,7 @@ def environments(base: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         mpi = extras.get("mpi", new["name"])
         if launcher and mpi == "openmpi":
             launcher[1:1] = ["--bind-to", "none", "--npernode", "{num_tasks_per_node}"]
-        elif launcher and mpi == "mpich":
+        elif launcher and mpi in ("mpich", "mvapich2"):  # both launch with hydra
             launcher[1:1] = ["-ppn", "{num_tasks_per_node}"]
         extras["launcher"] = launcher
         new["env_vars"] = [*new.get("env_vars", []),
