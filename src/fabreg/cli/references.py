@@ -11,7 +11,7 @@ from fabreg.errors import FabregError
 from fabreg.review import suggest
 from fabreg.review.perflog import parse_time
 from fabreg.review.store import RunValue, Store
-from fabreg.run.references import host_key, host_reference_file
+from fabreg.run.references import host_key, host_reference_file, partition_reference_file
 from fabreg.schema import CONTENDED_SHARE
 
 
@@ -44,6 +44,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--host-key", metavar="KEY",
                    help="whose runs (default: this host's, $FABREG_HOST_KEY or CPU model "
                         "and count)")
+    c.add_argument("--partition", metavar="NAME",
+                   help="a site partition's baseline instead of a host's: the runs of that "
+                        "partition (one node type), written to "
+                        "references/SYSTEM/partition-NAME.yaml (partitions with "
+                        "extras['references_by_partition'], as fabreg site init writes them)")
     c.add_argument("--checks", default="checks", metavar="DIR",
                    help="the checks directory holding references/ (default %(default)s)")
     c.add_argument("--force", action="store_true", help="replace an existing baseline")
@@ -68,24 +73,34 @@ def _add_run_selection(p: argparse.ArgumentParser, warn: float, fail: float,
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    host = args.host_key or host_key()
+    if args.partition and args.host_key:
+        raise FabregError("--partition and --host-key: a baseline is a partition's or a "
+                          "host's, not both")
+    host = args.host_key or ("" if args.partition else host_key())
     checks = Path(args.checks)
     if not checks.is_dir():
         raise FabregError(f"{checks} is not a directory (give the checks directory: --checks)")
-    out = host_reference_file(checks, args.system, host)
+    out = (partition_reference_file(checks, args.system, args.partition) if args.partition
+           else host_reference_file(checks, args.system, host))
+    whose = f"partition {args.partition}" if args.partition else "this host"
     if out.exists() and not args.force:
-        raise FabregError(f"{out} exists; use --force to replace this host's baseline")
+        raise FabregError(f"{out} exists; use --force to replace the baseline of {whose}")
     args.out, args.force = str(out), True
-    out.parent.mkdir(exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     left_out: list[int] = []
 
     def select(values: list[RunValue]) -> list[RunValue]:
+        if args.partition:
+            mine = [rv for rv in values if rv.partition == args.partition]
+            kept = [rv for rv in mine if not suggest.measured_under_interference(rv)]
+            left_out.append(len(mine) - len(kept))
+            return kept + suggest.host_control_values(kept)
         mine = [rv for rv in values if rv.attrs.get("host_key") == host]
         kept = suggest.baseline_values(mine, host)
         left_out.append(len(mine) - len(kept))
         return kept + suggest.host_control_values(kept)
 
-    code = run_suggest(args, select, host)
+    code = run_suggest(args, select, host or f"partition {args.partition}")
     if left_out and left_out[0]:
         print(f"left out {left_out[0]} value(s) measured under interference (other work took "
               f"more than {CONTENDED_SHARE:.0%} of the host's CPU, or judged inconclusive)")

@@ -88,7 +88,9 @@ def _prepare_files(paths: Paths, layout: Layout) -> None:
                       paths.munge):
         directory.mkdir(parents=True, exist_ok=True)
     os.chmod(paths.root, 0o755)
-    os.chmod(paths.munge, 0o700)
+    # Others may reach the socket (a normal user's srun and sbatch authenticate through it)
+    # but not list the folder; the key itself stays 0600.
+    os.chmod(paths.munge, 0o711)
     for node in layout.node_names():
         paths.node_spool(node).mkdir(parents=True, exist_ok=True)
     if not paths.munge_key.exists():

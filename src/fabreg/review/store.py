@@ -183,6 +183,7 @@ class RunValue:
     unit: str
     run_key: str
     attrs: dict[str, str]
+    partition: str = ""
 
 
 @dataclass
@@ -502,7 +503,7 @@ class Store:
         transport used); readers that need it per value read it here.
         """
         sql = ("SELECT s.test, s.environ, s.perfvar, v.time, v.value, v.unit, r.run_key, "
-               "r.attrs FROM samples v JOIN series s ON s.id = v.series_id "
+               "r.attrs, s.partition FROM samples v JOIN series s ON s.id = v.series_id "
                "JOIN runs r ON r.id = v.run_id WHERE s.system = ?")
         args: list[object] = [system]
         if since is not None:
@@ -510,12 +511,12 @@ class Store:
             args.append(since)
         parsed: dict[str, dict[str, str]] = {}
         out = []
-        for test, environ, perfvar, when, value, unit, run_key, attrs in self._query(
+        for test, environ, perfvar, when, value, unit, run_key, attrs, part in self._query(
                 sql + " ORDER BY v.time, r.run_key, s.perfvar", args):
             if attrs not in parsed:
                 parsed[attrs] = json.loads(attrs or "{}")
             out.append(RunValue(test, environ, perfvar, when, value, unit, run_key,
-                                parsed[attrs]))
+                                parsed[attrs], part))
         return out
 
     def run_attributes(self, system: str, jobid: str, time: float) -> dict[str, str]:

@@ -384,7 +384,8 @@ def render(system: str, grouped: Grouped, rows: list[Suggestion], skipped: list[
     rule = (f"{WORST_WARN:g}x / {WORST_FAIL:g}x the worst run's distance from the median"
             if baseline else f"{K_WARN:g}x / {K_FAIL:g}x the runs' worse-side spread")
     lines = [
-        f"# Baseline of host {baseline} for the `{system}` system, written by `fabreg "
+        f"# Baseline of {baseline if baseline.startswith('partition ') else 'host ' + baseline}"
+        f" for the `{system}` system, written by `fabreg "
         "references calibrate`" if baseline else
         f"# References for the `{system}` system suggested by `fabreg references suggest`",
         f"# from {grouped.runs} run(s) between {day(grouped.first)} and {day(grouped.last)}.",

@@ -193,6 +193,12 @@ def host_reference_file(checks_dir: str | Path, system: str, host: str) -> Path:
     return Path(checks_dir) / "references" / system / f"{host}.yaml"
 
 
+def partition_reference_file(checks_dir: str | Path, system: str, partition: str) -> Path:
+    """Where a site partition's baseline lives: one partition is one node type
+    (``fabreg references calibrate --partition``)."""
+    return Path(checks_dir) / "references" / system / f"partition-{partition}.yaml"
+
+
 #: Overrides the host key (e.g. to share one baseline between identical machines).
 HOST_KEY_VARIABLE = "FABREG_HOST_KEY"
 

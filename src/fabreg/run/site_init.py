@@ -296,6 +296,9 @@ def render(system: str, surveys: list[PartitionSurvey], login_host: str,
                 if pr.ucx.get(ucx) and name not in transports:
                     transports.append(name)
             extras["transports"] = transports
+        # One partition is one node type: its baseline is its own (references calibrate
+        # --partition), not the login node's host key.
+        extras["references_by_partition"] = True
         if scheduler != "slurm":
             lines.append("            # no Slurm accounting here (sacct): jobs are polled "
                          "with squeue")

@@ -39,6 +39,7 @@ from fabreg.run.references import (
     ReferenceTable,
     host_key,
     host_reference_file,
+    partition_reference_file,
     reference_file,
     summarize,
 )
@@ -125,6 +126,11 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
         if self.current_partition.extras.get("references_by_host"):
             self.host_key = host_key()
             paths.insert(0, host_reference_file(self.prefix, system, self.host_key))
+        elif self.current_partition.extras.get("references_by_partition"):
+            # A site's partition is one node type: its nodes, not the login node that runs
+            # ReFrame, decide its figures (fabreg site init sets this).
+            paths.insert(0, partition_reference_file(self.prefix, system,
+                                                     self.current_partition.name))
         return paths
 
     @run_after("setup")
@@ -199,6 +205,12 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
             self.ref_notes += (f"; no baseline for this host ({self._shown(path)}): record one "
                                f"with fabreg references calibrate --system "
                                f"{self.current_system.name}")
+        elif (summary.missing and not path.is_file()
+              and self.current_partition.extras.get("references_by_partition")):
+            self.ref_notes += (f"; no baseline for this partition ({self._shown(path)}): "
+                               f"record one with fabreg references calibrate --system "
+                               f"{self.current_system.name} --partition "
+                               f"{self.current_partition.name}")
         if summary.notes:
             getlogger().warning(f"{self.display_name}: {self.ref_notes}")
 
