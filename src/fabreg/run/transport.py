@@ -366,10 +366,12 @@ def _mvapich2(transport: str, shared: bool, net: NetConfig, inventory: Inventory
     elif transport == "shm":
         env = [("MV2_USE_SHARED_MEM", "1")]
     elif (inventory.mpi_device or "").startswith(_MV2_NEMESIS):
-        # tcp on a nemesis build: its TCP netmod, on the partition's interface if it names one
+        # tcp on a nemesis build: its TCP netmod, on the partition's interface if it names one.
+        # Hydra tells the ranks their address (MPIR_CVAR_CH3_INTERFACE_HOSTNAME), and the
+        # netmod refuses an interface name beside it: so hydra picks the interface.
         env = [("MPIR_CVAR_NEMESIS_NETMOD", "tcp")]
         if net.tcp_interfaces:
-            env.append(("MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE", net.tcp_interfaces[0]))
+            env.append(("HYDRA_IFACE", net.tcp_interfaces[0]))
     else:  # tcp: a socket-channel build has nothing to select
         env = []
     if buffer == "cuda":
