@@ -300,3 +300,25 @@ def test_fabreg_sessions_names_the_column_that_split_a_series(tmp_path: Path):
     assert "series split by a changed column (1)" in proc.stdout
     assert ("2024-03-04T02:00:00Z  Osu bw on s:p+e: column 'build_id' changed (absent) -> b17"
             in proc.stdout)
+
+
+def test_a_column_the_site_declares_run_only_never_splits_a_series_and_is_remembered(
+        tmp_path: Path):
+    header = "job_completion_time|display_name|system|partition|environ|build_id|bw_value|bw_unit"
+    log = tmp_path / "s" / "p" / "Osu.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("\n".join([header, "2024-03-01T02:00:00|Osu|s|p|e|b16|9.1|GB/s",
+                              "2024-03-02T02:00:00|Osu|s|p|e|b17|9.2|GB/s"]) + "\n")
+    db = tmp_path / "f.db"
+    fabreg("ingest", "--run-only", "build_id", str(log), db=db, check=True)
+    with log.open("a") as more:  # the next night, ingested without the flag
+        more.write("2024-03-03T02:00:00|Osu|s|p|e|b18|9.3|GB/s\n")
+    fabreg("ingest", str(log), db=db, check=True)
+    with sqlite3.connect(db) as conn:
+        series = conn.execute("SELECT params FROM series").fetchall()
+        builds = [json.loads(a)["build_id"] for (a,) in conn.execute(
+            "SELECT attrs FROM runs ORDER BY time")]
+        values = conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+    assert series == [("{}",)] and values == 3
+    assert builds == ["b16", "b17", "b18"]  # kept per run
+    assert "split by a changed column" not in fabreg("sessions", db=db, check=True).stdout

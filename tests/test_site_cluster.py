@@ -124,6 +124,15 @@ def test_the_minicluster_system_does_not_describe_a_named_cluster(site, tmp_path
     assert "plays the site 'unseen' (`fabreg cluster up --name`)" in shown.stdout + shown.stderr
 
 
+def test_site_init_names_the_partitions_slurm_has_when_asked_for_another(site, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "fabreg.cli", "site", "init", "--partitions",
+                           "gpu", "--out", str(tmp_path / "site.py")], capture_output=True,
+                          text=True, timeout=120, env=site, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "fabreg: error: no partition gpu in Slurm (have: big, cpu)"
+    assert not (tmp_path / "site.py").exists()
+
+
 def test_a_normal_user_runs_site_init_then_the_quick_subset_with_no_hand_edit(site, user,
                                                                               workdir):
     home = workdir / "home"

@@ -42,6 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    type=Path, help="a site's ReFrame configuration (Python, YAML or JSON): "
                    "perflog lines written with its perflog handlers' format and datefmt are "
                    "read by them (for layouts no rule recognises); repeatable")
+    p.add_argument("--run-only", action="append", default=[], metavar="COLUMN",
+                   help="a column (or %%parameter) of the site's that describes one run, not "
+                   "a series (a build id, a queue): kept per run, never splitting a series; "
+                   "remembered by the store for later ingests; repeatable")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress, summary only")
     p.set_defaults(func=run_ingest)
 
@@ -55,6 +59,7 @@ class _Tally:
         self.lines_of: dict[str, int] = {}
         self.partial: list[str] = []
         self.layouts: list[str] = []  # one line per file read from its start
+        self.run_only: frozenset[str] = frozenset()  # the site's run-only columns
 
     def layout(self, path: Path, layouts: dict[str, int]) -> None:
         if layouts:
@@ -87,6 +92,7 @@ def _read_perflog(store: Store, path: Path, marks: filemarks.MarkIndex, reread: 
         return
     chunk = perflog.read_perflog_bytes(new.data, str(path), new.header, new.first_line,
                                        formats)
+    perflog.demote_run_only(chunk.samples, tally.run_only)
     count = store.add(chunk.samples, mark=new.mark(chunk.header))
     problems = chunk.problems
     if new.first_line == 1:
@@ -111,6 +117,7 @@ def _read_run_report(store: Store, path: Path, marks: filemarks.MarkIndex, rerea
         tally.unchanged += 1
         return
     report = run_report.read_run_report(path)
+    perflog.demote_run_only(report.samples, tally.run_only)
     if report.undated and report.samples:
         prefixes = {run_report.job_prefix(s.run) for s in report.samples} - {None}
         run_report.drop_runs_stored_from_perflogs(report, store.runs_of_jobs(sorted(prefixes)))
@@ -134,6 +141,7 @@ def _read_results_db(store: Store, path: Path, marks: filemarks.MarkIndex, rerea
         return
     skip = frozenset() if reread else store.session_ids()
     sessions, links, samples, problems = perflog.read_results_db(path, skip)
+    perflog.demote_run_only(samples, tally.run_only)
     count = store.add(samples, sessions, links, from_results_db=True, mark=mark)
     tally.count(path, count, problems)
 
@@ -161,6 +169,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     progress = Progress("ingest", len(inputs), enabled=not args.quiet)
     tally = _Tally()
     with Store(db_path(args.db)) as store:
+        tally.run_only = store.run_only_columns(args.run_only)
         marks = filemarks.MarkIndex(store.file_marks())
         for i, (path, what) in enumerate(inputs, start=1):
             read = {"db": _read_results_db, "report": _read_run_report,

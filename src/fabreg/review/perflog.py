@@ -645,6 +645,23 @@ def _line_samples(header: _Header, fields: list[str], source: str) -> list[Sampl
     return out + link_samples(run)
 
 
+def demote_run_only(samples: Iterable[Sample], columns: Collection[str]) -> None:
+    """Move the parameters a site declared run-only (``fabreg ingest --run-only COLUMN``: a
+    build id, a queue name) from the series' identity to the run's attributes, in place."""
+    if not columns:
+        return
+    seen: set[int] = set()
+    for sample in samples:
+        run = sample.run
+        if id(run) in seen or not any(c in run.params for c in columns):
+            continue
+        seen.add(id(run))
+        moved = {c: run.params[c] for c in columns if c in run.params}
+        run.params = {k: v for k, v in run.params.items() if k not in moved}
+        run.param_key = tuple(sorted(run.params.items()))
+        run.attrs = {**run.attrs, **moved}
+
+
 def link_samples(run: Run) -> list[Sample]:
     """The per-link values of a sweep run (``fabreg.schema.PAIR_TABLE``), one series per link.
 

@@ -488,6 +488,21 @@ class Store:
                 found[prefix] = row[0][0]
         return found
 
+    def run_only_columns(self, add: Iterable[str] = ()) -> frozenset[str]:
+        """The columns a site declared run-only (``ingest --run-only``), with ``add`` kept
+        for every later ingest: a series must not split when a flag is forgotten."""
+        row = self._query("SELECT value FROM meta WHERE key = 'run_only'")
+        known = set(json.loads(row[0][0])) if row else set()
+        new = known | {c.lstrip("%") for c in add if c.strip()}
+        if new != known:
+            try:
+                with self.conn:
+                    self.conn.execute("INSERT OR REPLACE INTO meta VALUES('run_only', ?)",
+                                      (json.dumps(sorted(new)),))
+            except sqlite3.Error as err:
+                raise self._error(err) from None
+        return frozenset(new)
+
     def session_ids(self) -> set[str]:
         """The uuids of the results-DB sessions the store holds."""
         return {r[0] for r in self._query("SELECT uuid FROM sessions")}
