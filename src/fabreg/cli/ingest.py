@@ -105,16 +105,26 @@ def _read_perflog(store: Store, path: Path, marks: filemarks.MarkIndex, reread: 
     tally.count(path, count, problems, chunk.lines)
 
 
-def _read_run_report(store: Store, path: Path, marks: filemarks.MarkIndex, reread: bool,
-                     tally: _Tally, formats: list[site_format.SiteFormat]) -> None:
+def _changed_whole_file(path: Path, marks: filemarks.MarkIndex, reread: bool,
+                        tally: _Tally) -> filemarks.FileMark | None:
+    """The mark to store after reading a file that is read whole (a results DB, a run
+    report), or None when it is unchanged since the last ingest or cannot be read (tallied)."""
     try:
         unchanged, mark = filemarks.results_db_unchanged(path, marks)
     except OSError as err:
         tally.count(path, IngestCount(), [perflog.Problem(
             str(path), 0, f"cannot read: {err.strerror or err}")])
-        return
+        return None
     if unchanged and not reread:
         tally.unchanged += 1
+        return None
+    return mark
+
+
+def _read_run_report(store: Store, path: Path, marks: filemarks.MarkIndex, reread: bool,
+                     tally: _Tally, formats: list[site_format.SiteFormat]) -> None:
+    mark = _changed_whole_file(path, marks, reread, tally)
+    if mark is None:
         return
     report = run_report.read_run_report(path)
     perflog.demote_run_only(report.samples, tally.run_only)
@@ -130,14 +140,8 @@ def _read_run_report(store: Store, path: Path, marks: filemarks.MarkIndex, rerea
 
 def _read_results_db(store: Store, path: Path, marks: filemarks.MarkIndex, reread: bool,
                      tally: _Tally, formats: list[site_format.SiteFormat]) -> None:
-    try:
-        unchanged, mark = filemarks.results_db_unchanged(path, marks)
-    except OSError as err:
-        tally.count(path, IngestCount(), [perflog.Problem(
-            str(path), 0, f"cannot read: {err.strerror or err}")])
-        return
-    if unchanged and not reread:
-        tally.unchanged += 1
+    mark = _changed_whole_file(path, marks, reread, tally)
+    if mark is None:
         return
     skip = frozenset() if reread else store.session_ids()
     sessions, links, samples, problems = perflog.read_results_db(path, skip)

@@ -70,15 +70,23 @@ def _list(text: str) -> tuple[str, ...]:
     return tuple(part for part in text.split(",") if part)
 
 
-def parse_partitions(text: str) -> list[Partition]:
-    """``scontrol show partition --oneliner`` -> partitions; ValueError naming a bad line."""
+def _records(text: str, key: str, command: str) -> list[dict[str, str]]:
+    """One ``Key=Value`` mapping per non-empty line; ValueError naming a line without ``key``."""
     out = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         pairs = _pairs(line)
-        if "PartitionName" not in pairs:
-            raise ValueError(f"scontrol show partition, line {lineno}: no PartitionName=")
+        if key not in pairs:
+            raise ValueError(f"{command}, line {lineno}: no {key}=")
+        out.append(pairs)
+    return out
+
+
+def parse_partitions(text: str) -> list[Partition]:
+    """``scontrol show partition --oneliner`` -> partitions; ValueError naming a bad line."""
+    out = []
+    for pairs in _records(text, "PartitionName", "scontrol show partition"):
         max_nodes = pairs.get("MaxNodes", "UNLIMITED")
         out.append(Partition(pairs["PartitionName"], pairs.get("Nodes", ""),
                              _int(pairs.get("TotalNodes", "0")),
@@ -89,16 +97,8 @@ def parse_partitions(text: str) -> list[Partition]:
 
 def parse_nodes(text: str) -> list[Node]:
     """``scontrol show node --oneliner`` -> nodes; ValueError naming a bad line."""
-    out = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        pairs = _pairs(line)
-        if "NodeName" not in pairs:
-            raise ValueError(f"scontrol show node, line {lineno}: no NodeName=")
-        out.append(Node(pairs["NodeName"], _int(pairs.get("CPUTot", "0")),
-                        pairs.get("State", ""),
-                        _list(pairs.get("AvailableFeatures", pairs.get("Features", ""))),
-                        _list(pairs.get("Gres", "")), _list(pairs.get("Partitions", "")),
-                        pairs.get("Reason", ""), pairs))
-    return out
+    return [Node(pairs["NodeName"], _int(pairs.get("CPUTot", "0")), pairs.get("State", ""),
+                 _list(pairs.get("AvailableFeatures", pairs.get("Features", ""))),
+                 _list(pairs.get("Gres", "")), _list(pairs.get("Partitions", "")),
+                 pairs.get("Reason", ""), pairs)
+            for pairs in _records(text, "NodeName", "scontrol show node")]
