@@ -32,6 +32,7 @@ def run_init(args: argparse.Namespace) -> int:
         site_init.write_site(args.out, "", force=False)
     partitions, nodes = site_init.read_slurm()
     wanted = [p for p in args.partitions.split(",") if p]
+    site_init.check_partitions(partitions, wanted)  # before any job runs
     config = site_init.slurm_config()
     system = args.system or config.get("ClusterName") or "mysite"
     print(f"fabreg: probing {len(wanted) or len(partitions)} partition(s) of {system} "

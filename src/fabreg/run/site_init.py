@@ -174,13 +174,18 @@ def probe_node(partition: str, node: str, run: Runner = run_command) -> Probe:
         raise FabregError(str(err)) from None
 
 
-def survey(partitions: list[Partition], nodes: list[Node], wanted: Sequence[str] = (),
-           run: Runner = run_command) -> list[PartitionSurvey]:
-    by_name = {p.name: p for p in partitions}
-    unknown = [w for w in wanted if w not in by_name]
+def check_partitions(partitions: list[Partition], wanted: Sequence[str]) -> None:
+    """FabregError naming Slurm's partitions when one of ``wanted`` is not among them."""
+    have = sorted(p.name for p in partitions)
+    unknown = [w for w in wanted if w not in have]
     if unknown:
         raise FabregError(f"no partition {', '.join(unknown)} in Slurm (have: "
-                          f"{', '.join(sorted(by_name)) or 'none'})")
+                          f"{', '.join(have) or 'none'})")
+
+
+def survey(partitions: list[Partition], nodes: list[Node], wanted: Sequence[str] = (),
+           run: Runner = run_command) -> list[PartitionSurvey]:
+    check_partitions(partitions, wanted)
     out = []
     for partition in partitions:
         if wanted and partition.name not in wanted:
