@@ -28,8 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_init(args: argparse.Namespace) -> int:
-    if args.out.exists() and not args.force:  # refuse before anything runs
-        site_init.write_site(args.out, "", force=False)
+    site_init.refuse_existing(args.out, args.force)  # before anything runs
     partitions, nodes = site_init.read_slurm()
     wanted = [p for p in args.partitions.split(",") if p]
     site_init.check_partitions(partitions, wanted)  # before any job runs

@@ -149,12 +149,13 @@ def parse_line(line: str, place: tuple[str, str] = ("", ""), sep: str = "|") -> 
     for i, text in enumerate(fields[1:], start=1):
         kv = KEY_VALUE.match(text)
         if kv is None:
-            if INFO_ON.match(text) or INFO_AT.match(text):
+            found, form = INFO_ON.match(text), "'Test on sys:part using env'"
+            if found is None:
+                found, form = INFO_AT.match(text), "'Test @sys:part+env'"
+            if found is not None:
                 if info is not None:
                     raise ValueError(RUN_TOGETHER)
-                info = INFO_ON.match(text) or INFO_AT.match(text)
-                info_form = "'Test on sys:part using env'" if INFO_ON.match(text) else \
-                    "'Test @sys:part+env'"
+                info, info_form = found, form
             elif not version and VERSION.match(text):
                 version = text
             else:

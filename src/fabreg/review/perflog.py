@@ -295,6 +295,8 @@ class _Header:
     derived: dict[str, tuple[int, int, tuple[str, ...]]] = field(default_factory=dict)
     #: the test name for a format without a name column: the file's (``OsuLatency.log``)
     file_test: str = ""
+    #: how ingest names this layout (``header, '|'-separated, 12 columns``)
+    layout: str = ""
     memo: dict = field(default_factory=dict)  # raw name+attributes -> parsed
     numbers: dict = field(default_factory=dict)  # raw ref+thresholds -> floats
 
@@ -383,6 +385,7 @@ def _parse_header(line: str, source: str = "") -> _Header:
     perfvars = [c[: -len("_value")] for c in columns
                 if c.endswith("_value") and c[: -len("_value")] + "_unit" in index]
     taken = set(FIXED_COLUMNS) | set(_WHEN) | set(_WHICH)
+    taken.update(columns[i] for i, _, _ in derived.values())
     for var in perfvars:
         taken.update(var + s for s in PERFVAR_SUFFIXES)
     run_only = (NOT_PARAMETERS | (REFRAME_TESTCASE_ATTRIBUTES - SERIES_PARAMETERS)
@@ -391,18 +394,12 @@ def _parse_header(line: str, source: str = "") -> _Header:
     perfvar_columns = [(v, tuple(index.get(v + suffix, -1) for suffix in PERFVAR_SUFFIXES))
                        for v in perfvars]
     attrs = [c for c in columns if c in NOT_PARAMETERS and c not in ("hashcode", "tags")]
-    taken.update(columns[i] for i, _, _ in derived.values())
-    params = [c for c in params if c not in taken]
+    layout = (f"header, {_SEPARATOR_NAMES[sep]}-separated, {len(columns)} columns"
+              + (", system and partition in one column" if derived else "")
+              + (", test name from the file name" if file_test else ""))
     return _Header(columns, index, perfvars, params, perfvar_columns,
                    [(p, index[p]) for p in params], [(a, index[a]) for a in attrs], place,
-                   sep=sep, derived=derived, file_test=file_test)
-
-
-def header_layout(header: _Header) -> str:
-    """How ingest names a header layout: ``header, '|'-separated, 12 columns``."""
-    return (f"header, {_SEPARATOR_NAMES[header.sep]}-separated, {len(header.columns)} columns"
-            + (", system and partition in one column" if header.derived else "")
-            + (", test name from the file name" if header.file_test else ""))
+                   sep=sep, derived=derived, file_test=file_test, layout=layout)
 
 
 def _place(source: str) -> tuple[str, str]:
@@ -484,8 +481,7 @@ def read_perflog_chunk(lines: Iterable[str], source: str, header_line: str = "",
             if len(fields) == ncols:
                 try:
                     samples.extend(_line_samples(header, fields, source))
-                    layout = header_layout(header)
-                    layouts[layout] = layouts.get(layout, 0) + 1
+                    layouts[header.layout] = layouts.get(header.layout, 0) + 1
                 except ValueError as err:
                     problems.append(Problem(source, lineno, str(err)))
                 continue
@@ -525,10 +521,16 @@ def read_perflog_chunk(lines: Iterable[str], source: str, header_line: str = "",
     return PerflogChunk(samples, problems, lineno - first_line + 1, header_line, layouts)
 
 
-def _headerless_samples(line: headerless_perflog.HeaderlessLine, source: str) -> list[Sample]:
-    time = parse_time(line.time_text)
+def _run_time(text: str) -> float:
+    """A line's completion time; ValueError outside 2000-2100."""
+    time = parse_time(text)
     if not EARLIEST <= time < LATEST:
         raise ValueError(f"completion time {_utc(time)} is not in 2000-2100")
+    return time
+
+
+def _headerless_samples(line: headerless_perflog.HeaderlessLine, source: str) -> list[Sample]:
+    time = _run_time(line.time_text)
     if not (line.system and line.partition):
         raise ValueError("no test info (Test on sys:part using env) and the file is not "
                          "under <system>/<partition>/")
@@ -585,10 +587,8 @@ def _line_samples(header: _Header, fields: list[str], source: str) -> list[Sampl
     # The exact unix time where the format logs it (ReFrame's default has no UTC offset in
     # job_completion_time); else the RFC 3339 time fabreg's format logs.
     unix = _field(fields, header, "job_completion_time_unix")
-    time = parse_time(unix if unix not in _NULL_SPELLINGS else
-                      _field(fields, header, "job_completion_time"))
-    if not EARLIEST <= time < LATEST:
-        raise ValueError(f"completion time {_utc(time)} is not in 2000-2100")
+    time = _run_time(unix if unix not in _NULL_SPELLINGS else
+                     _field(fields, header, "job_completion_time"))
     display = (_field(fields, header, "name") or _field(fields, header, "display_name")
                or _info_name(_field(fields, header, "info") or _field(fields, header,
                                                                       "check_info"))

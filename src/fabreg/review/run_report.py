@@ -116,8 +116,9 @@ def drop_runs_stored_from_perflogs(report: Report, stored: dict[str, str]) -> in
         if perflog_run not in linked:
             linked.add(perflog_run)
             report.links.append(RunLink(perflog_run, sample.run.session))
+    kept_runs = {s.run.key for s in kept}
     report.links = [link for link in report.links
-                    if link.run_key in linked or any(s.run.key == link.run_key for s in kept)]
+                    if link.run_key in linked or link.run_key in kept_runs]
     report.samples = kept
     return dropped
 

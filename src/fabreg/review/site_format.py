@@ -2,7 +2,7 @@
 
 Where no rule can guess a layout (spaces between fields, the value before its name, a time
 in a site's own ``datefmt``), the site's configuration is the key: each perflog handler's
-``format`` (with ``format_perfvars``) becomes a pattern whose ``%(attr)s`` placeholders are
+``format`` becomes a pattern whose ``%(attr)s`` placeholders are
 named groups, and its ``datefmt`` reads the time. ``fabreg ingest --reframe-config FILE``
 loads the handlers from a Python, YAML or JSON configuration as ReFrame writes them.
 
@@ -128,7 +128,7 @@ def _time_pattern(datefmt: str) -> str:
     return "".join(out)
 
 
-def compile_format(fmt: str, datefmt: str = "", perffmt: str = "") -> SiteFormat:
+def compile_format(fmt: str, datefmt: str = "") -> SiteFormat:
     """A handler's ``format`` -> its line pattern; FormatError if it logs no value per line."""
     if "%(check_perfvalues)s" in fmt or "%(check_#ALL)s" in fmt:
         raise FormatError("its format logs every variable in one line with a header line, "
@@ -175,8 +175,7 @@ def load_formats(path: Path) -> list[SiteFormat]:
             if not fmt:
                 continue
             try:
-                formats.append(compile_format(fmt, handler.get("datefmt", "") or "",
-                                              handler.get("format_perfvars", "") or ""))
+                formats.append(compile_format(fmt, handler.get("datefmt", "") or ""))
             except FormatError as err:
                 why.append(f"{fmt!r}: {err}")
     if not formats:

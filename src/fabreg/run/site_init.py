@@ -356,10 +356,15 @@ def report(surveys: list[PartitionSurvey]) -> list[str]:
     return out
 
 
-def write_site(path: Path, text: str, force: bool) -> None:
-    """Write atomically; an existing file is kept unless ``force``."""
+def refuse_existing(path: Path, force: bool) -> None:
+    """An existing site configuration is the site's own: kept unless ``force``."""
     if path.exists() and not force:
         raise FabregError(f"{path} exists: not overwritten (--force replaces it)")
+
+
+def write_site(path: Path, text: str, force: bool) -> None:
+    """Write atomically; an existing file is kept unless ``force``."""
+    refuse_existing(path, force)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
