@@ -55,14 +55,14 @@ def mvapich2_prefix() -> Path | None:
 
 
 def fabreg(*args: str, db: Path | None = None, check: bool = False,
-           env: dict[str, str] | None = None, timeout: float = 300
+           env: dict[str, str] | None = None, timeout: float = 300, cwd: Path | None = None
            ) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a child process (as a user would)."""
     full_env = dict(os.environ if env is None else env)
     if db is not None:
         full_env["FABREG_DB"] = str(db)
     proc = subprocess.run([sys.executable, "-m", "fabreg.cli", *args], env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
     if check and proc.returncode != 0:
         raise AssertionError(f"fabreg {' '.join(args)} -> {proc.returncode}\n"
                              f"{proc.stdout}\n{proc.stderr}")

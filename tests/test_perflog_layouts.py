@@ -235,9 +235,8 @@ def test_a_layout_no_rule_knows_is_read_by_the_sites_own_reframe_config(tmp_path
     assert "2 new value(s)" in proc.stdout
     assert "the site's format" in proc.stderr
     with sqlite3.connect(tmp_path / "g.db") as conn:
-        rows = conn.execute("SELECT s.test, s.system, s.partition, s.environ, s.perfvar, "
-                            "v.time, v.value, v.ref FROM samples v JOIN series s ON "
-                            "s.id = v.series_id ORDER BY v.time").fetchall()
+        rows = conn.execute("SELECT test, system, partition, environ, perfvar, time, value, "
+                            "ref FROM long ORDER BY time").fetchall()
     assert rows[0] == ("Osu", "daint", "gpu", "gnu", "bw",
                        perflog.parse_time("2026-11-24T01:02:03"), 9.5, 10.0)
     assert len(rows) == 2

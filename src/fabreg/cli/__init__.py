@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     # review side (issue 5): perflogs -> store -> verdicts, reports, metrics
     "ingest": "fabreg.cli.ingest",
     "sessions": "fabreg.cli.sessions",
+    "migrate": "fabreg.cli.migrate",
     "trends": "fabreg.cli.trends",
     "compare": "fabreg.cli.compare",
     "report": "fabreg.cli.report",

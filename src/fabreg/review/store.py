@@ -2,11 +2,13 @@
 
 Layout (docs/trends.md): ``series`` names each series once (test, parameters,
 system, partition, environment, performance variable); ``samples`` is the long
-table of values; ``sessions``/``run_sessions`` come from ReFrame's results DB;
-the ``long`` view joins them into one row per value; ``files`` holds how far each input
-file was read (:mod:`fabreg.review.filemarks`), written with the values it covers.
+table of values, one narrow row each (series, time, run, value, band); ``bands`` holds
+each distinct unit, reference, thresholds and result once, ``sources`` each input file once;
+``sessions``/``run_sessions`` come from ReFrame's results DB; the ``long`` view joins them
+into one row per value; ``files`` holds how far each input file was read
+(:mod:`fabreg.review.filemarks`), written with the values it covers.
 
-Ingest is idempotent (a value is unique per series, time and job id) and safe to
+Ingest is idempotent (a value is unique per series, time and run) and safe to
 run concurrently: WAL journal, a busy timeout, and one ``BEGIN IMMEDIATE``
 transaction per input file, so two ingests at once serialise instead of losing
 or duplicating values.
@@ -14,6 +16,7 @@ or duplicating values.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
@@ -45,6 +48,10 @@ WAL_CHECKPOINT_PAGES = 32768
 #: consecutive runs are less than this many seconds apart.
 SESSION_GAP = 3600.0
 
+#: The layout this code writes. 1: the first (unit, reference, thresholds, result and the
+#: input file's path in every row; about 120 bytes a value), read only by ``fabreg migrate``.
+SCHEMA_VERSION = 2
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS series(
     id INTEGER PRIMARY KEY,
@@ -56,27 +63,39 @@ CREATE TABLE IF NOT EXISTS series(
     perfvar TEXT NOT NULL,
     params TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS sources(
+    id INTEGER PRIMARY KEY,
+    path TEXT NOT NULL UNIQUE
+);
 CREATE TABLE IF NOT EXISTS runs(
     id INTEGER PRIMARY KEY,
-    run_key TEXT NOT NULL UNIQUE,
+    run_key TEXT NOT NULL,
+    key_hash INTEGER NOT NULL,
     time REAL NOT NULL,
     jobid TEXT NOT NULL DEFAULT '',
     nodelist TEXT NOT NULL DEFAULT '',
     session TEXT,
     from_results_db INTEGER NOT NULL DEFAULT 0,
-    source TEXT NOT NULL DEFAULT '',
+    source_id INTEGER NOT NULL DEFAULT 0,
     attrs TEXT NOT NULL DEFAULT '{}'
 );
+CREATE INDEX IF NOT EXISTS runs_by_key ON runs(key_hash);
+CREATE INDEX IF NOT EXISTS runs_by_job ON runs(jobid);
+CREATE TABLE IF NOT EXISTS bands(
+    id INTEGER PRIMARY KEY,
+    unit TEXT NOT NULL,
+    ref REAL,
+    lower_thres REAL,
+    upper_thres REAL,
+    result TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS bands_by_content ON bands(unit, ref, lower_thres, upper_thres, result);
 CREATE TABLE IF NOT EXISTS samples(
     series_id INTEGER NOT NULL REFERENCES series(id),
     time REAL NOT NULL,
     run_id INTEGER NOT NULL REFERENCES runs(id),
     value REAL NOT NULL,
-    unit TEXT NOT NULL DEFAULT '',
-    ref REAL,
-    lower_thres REAL,
-    upper_thres REAL,
-    result TEXT NOT NULL DEFAULT '',
+    band_id INTEGER NOT NULL REFERENCES bands(id),
     PRIMARY KEY(series_id, time, run_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sessions(
@@ -91,15 +110,13 @@ CREATE TABLE IF NOT EXISTS run_sessions(
 );
 CREATE VIEW IF NOT EXISTS long AS
     SELECT s.test, s.params, s.system, s.partition, s.environ, s.perfvar,
-           v.time, v.value, v.unit, v.ref, v.lower_thres, v.upper_thres, v.result,
+           v.time, v.value, b.unit, b.ref, b.lower_thres, b.upper_thres, b.result,
            r.jobid, r.nodelist, COALESCE(r.session, l.session) AS session,
-           x.extras AS session_extras, r.attrs AS run_attributes, r.source
+           x.extras AS session_extras, r.attrs AS run_attributes, f.path AS source
     FROM samples v JOIN series s ON s.id = v.series_id JOIN runs r ON r.id = v.run_id
+    JOIN bands b ON b.id = v.band_id LEFT JOIN sources f ON f.id = r.source_id
     LEFT JOIN run_sessions l ON l.run_key = r.run_key
     LEFT JOIN sessions x ON x.uuid = COALESCE(r.session, l.session);
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
-INSERT OR IGNORE INTO meta VALUES('schema_version', '1');
-""" + """
 CREATE TABLE IF NOT EXISTS files(
     path TEXT PRIMARY KEY,
     kind TEXT NOT NULL,
@@ -113,11 +130,27 @@ CREATE TABLE IF NOT EXISTS files(
     tail_digest TEXT NOT NULL,
     header TEXT NOT NULL DEFAULT ''
 );
-INSERT OR IGNORE INTO meta SELECT 'values', COUNT(*) FROM samples;
-"""
-#: Added after the first stores were written: created when an ingest opens an older store.
-_LATER_TABLES = SCHEMA[SCHEMA.index("CREATE TABLE IF NOT EXISTS files("):]
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+INSERT OR IGNORE INTO meta VALUES('values', '0');
+""" + f"INSERT OR IGNORE INTO meta VALUES('schema_version', '{SCHEMA_VERSION}');"
 
+
+def key_hash(run_key: str) -> int:
+    """The 64-bit hash a run is looked up by (``runs.key_hash``): an index of 8-byte integers
+    instead of one of the whole key text, which was a fifth of the first layout's bytes."""
+    return int.from_bytes(hashlib.blake2b(run_key.encode(), digest_size=8).digest(), "big",
+                          signed=True)
+
+
+def schema_version(conn: sqlite3.Connection, schema: str = "main") -> int:
+    """The layout of the store ``conn`` opened (``meta.schema_version``; 1 when a store of the
+    first layout lacks it)."""
+    try:
+        row = conn.execute(f"SELECT value FROM {schema}.meta WHERE key = 'schema_version'"
+                           ).fetchone()
+    except sqlite3.OperationalError:
+        return 1
+    return int(row[0]) if row else 1
 
 
 @dataclass(frozen=True)
@@ -203,6 +236,8 @@ class Store:
         if timeout is None:
             timeout = float(os.environ.get("FABREG_DB_TIMEOUT", DEFAULT_TIMEOUT))
         self.timeout = timeout
+        #: bands.id by (unit, ref, lower, upper, result): bands are never changed or removed
+        self._bands: dict[tuple, int] = {}
         if not self.path.exists() and not create:
             raise FabregError(f"no store at {self.path}: run 'fabreg ingest PATH' first "
                               "(or give --db / FABREG_DB)")
@@ -233,8 +268,11 @@ class Store:
         tables = {r[0] for r in self.conn.execute(
             "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
         if {"series", "samples"} <= tables:
-            if create and "files" not in tables:  # a store from before incremental ingest
-                self._script(_LATER_TABLES)
+            if schema_version(self.conn) != SCHEMA_VERSION:
+                raise FabregError(
+                    f"store {self.path} has the first layout of fabreg's store: run "
+                    f"'fabreg migrate --db {self.path}' once (it keeps every value, and the "
+                    "old file beside the new one)")
             return
         if tables - {"meta"} and not {"series", "samples"} & tables:
             raise FabregError(f"{self.path} is an SQLite file but not a fabreg store "
@@ -310,16 +348,16 @@ class Store:
                 runs = {id(s.run): s.run for s in samples}
                 run_ids, removed = self._run_ids(list(runs.values()), from_results_db)
                 ids = self._series_ids(samples)
+                bands = self._band_ids(samples)
                 rows = []
-                for sid, s in zip(ids, samples):
+                for sid, band, s in zip(ids, bands, samples):
                     rid = run_ids.get(id(s.run))
                     if rid is not None:
-                        rows.append((sid, s.run.time, rid, s.value, s.unit, s.ref,
-                                     s.lower_thres, s.upper_thres, s.result))
+                        rows.append((sid, s.run.time, rid, s.value, band))
                 before = self.conn.total_changes
                 self.conn.executemany(
-                    "INSERT OR IGNORE INTO samples(series_id, time, run_id, value, unit, ref, "
-                    "lower_thres, upper_thres, result) VALUES(?,?,?,?,?,?,?,?,?)", rows)
+                    "INSERT OR IGNORE INTO samples(series_id, time, run_id, value, band_id) "
+                    "VALUES(?,?,?,?,?)", rows)
                 net = self.conn.total_changes - before - removed
                 count.added = max(0, net)
                 if net:
@@ -335,6 +373,7 @@ class Store:
                          mark.tail_digest, mark.header))
                 self.conn.execute("COMMIT")
             except BaseException:
+                self._bands.clear()  # it may hold bands the rollback takes away
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
                 raise
@@ -346,28 +385,32 @@ class Store:
         """Insert runs; map id(Run) -> runs.id for the runs whose samples this file owns, and
         count the samples removed because a perflog took a run over from a results DB."""
         removed = 0
-        last_id = self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM runs").fetchone()[0]
-        before = self.conn.total_changes
-        self.conn.executemany(
-            "INSERT OR IGNORE INTO runs(run_key, time, jobid, nodelist, session, "
-            "from_results_db, source, attrs) VALUES(?,?,?,?,?,?,?,?)",
-            [(r.key, r.time, r.jobid, r.nodelist, r.session, int(from_results_db), r.source,
-              json.dumps(r.attrs, sort_keys=True) if r.attrs else "{}") for r in runs])
+        hashes = {r.key: key_hash(r.key) for r in runs}
         known: dict[str, tuple[int, int]] = {}
-        keys = [r.key for r in runs]
-        if self.conn.total_changes - before == len(runs):
-            # All new (the usual nightly case): under our write lock SQLite numbered them
-            # last_id + 1, + 2, ... in insert order; no need to look them up.
-            flag = int(from_results_db)
-            known = {k: (last_id + 1 + i, flag) for i, k in enumerate(keys)}
-            keys = []
-        for i in range(0, len(keys), 500):
-            chunk = keys[i:i + 500]
-            marks = ",".join("?" * len(chunk))
+        wanted = list(set(hashes.values()))
+        for i in range(0, len(wanted), 500):  # runs stored before (a file read again)
+            chunk = wanted[i:i + 500]
             for rid, key, flag in self.conn.execute(
-                    f"SELECT id, run_key, from_results_db FROM runs WHERE run_key IN ({marks})",
-                    chunk):
-                known[key] = (rid, flag)
+                    "SELECT id, run_key, from_results_db FROM runs WHERE key_hash IN "
+                    f"({','.join('?' * len(chunk))})", chunk):
+                if key in hashes:  # the same hash is the same key but once in 2**64
+                    known[key] = (rid, flag)
+        new: dict[str, Run] = {}
+        for r in runs:
+            if r.key not in known:
+                new.setdefault(r.key, r)
+        if new:
+            # Under our write lock SQLite numbers new rows max(id) + 1, + 2, ... in order.
+            last_id = self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM runs").fetchone()[0]
+            sources = self._source_ids({r.source for r in new.values()})
+            flag = int(from_results_db)
+            self.conn.executemany(
+                "INSERT INTO runs(id, run_key, key_hash, time, jobid, nodelist, session, "
+                "from_results_db, source_id, attrs) VALUES(?,?,?,?,?,?,?,?,?,?)",
+                [(last_id + 1 + i, k, hashes[k], r.time, r.jobid, r.nodelist, r.session, flag,
+                  sources[r.source], json.dumps(r.attrs, sort_keys=True) if r.attrs else "{}")
+                 for i, (k, r) in enumerate(new.items())])
+            known.update({k: (last_id + 1 + i, flag) for i, k in enumerate(new)})
         out: dict[int, int] = {}
         takeover = []
         for r in runs:
@@ -389,11 +432,40 @@ class Store:
                                   [(i,) for i in takeover])
             # The perflog's view of the run's attributes wins too.
             attrs = {r.key: r.attrs for r in runs}
+            taken = set(takeover)
             self.conn.executemany(
                 "UPDATE runs SET attrs=? WHERE id=? AND run_key=?",
                 [(json.dumps(attrs[k], sort_keys=True), i, k)
-                 for k, (i, _) in known.items() if i in set(takeover)])
+                 for k, (i, _) in known.items() if i in taken])
         return out, removed
+
+    def _source_ids(self, paths: set[str]) -> dict[str, int]:
+        """``sources.id`` of each input file path, adding the paths not stored yet."""
+        self.conn.executemany("INSERT OR IGNORE INTO sources(path) VALUES(?)",
+                              [(p,) for p in paths])
+        marks = ",".join("?" * len(paths))
+        return dict(self.conn.execute(
+            f"SELECT path, id FROM sources WHERE path IN ({marks})", list(paths)).fetchall())
+
+    def _band_ids(self, samples: Sequence[Sample]) -> list[int]:
+        """``bands.id`` of each sample's unit, reference, thresholds and result, adding the
+        combinations not stored yet: a band is stored once however many values share it."""
+        ids = self._bands
+        out = []
+        for s in samples:
+            band = (s.unit, s.ref, s.lower_thres, s.upper_thres, s.result)
+            found = ids.get(band)
+            if found is None:
+                row = self.conn.execute(  # another process may have added it
+                    "SELECT id FROM bands WHERE unit IS ? AND ref IS ? AND lower_thres IS ? "
+                    "AND upper_thres IS ? AND result IS ?", band).fetchone()
+                if row is None:
+                    row = self.conn.execute(
+                        "INSERT INTO bands(unit, ref, lower_thres, upper_thres, result) "
+                        "VALUES(?,?,?,?,?) RETURNING id", band).fetchone()
+                found = ids[band] = row[0]
+            out.append(found)
+        return out
 
     def _series_ids(self, samples: Sequence[Sample]) -> list[int]:
         """The series id of each sample, creating series as needed: a few batched statements
@@ -445,16 +517,17 @@ class Store:
             raise self._error(err) from None
 
     @staticmethod
-    def _series_data(rows: list[tuple], keys: dict[int, SeriesKey], run_session: dict[int, str],
-                     run_job: dict[int, str]) -> SeriesData:
+    def _series_data(rows: list[tuple], keys: dict[int, SeriesKey], bands: _Bands,
+                     run_session: dict[int, str], run_job: dict[int, str]) -> SeriesData:
         import numpy as np  # the readers only (see the imports)
 
-        sid, time, run, value, ref, lower, upper, result, unit = zip(*rows)
+        sid, time, run, value, band = zip(*rows)
+        band_ids = np.array(band, dtype=np.int64)
         return SeriesData(
-            id=sid[0], key=keys[sid[0]], unit=unit[-1],
+            id=sid[0], key=keys[sid[0]], unit=bands.unit[band[-1]],
             time=np.array(time, dtype=float), value=np.array(value, dtype=float),
-            ref=np.array(ref, dtype=float), lower=np.array(lower, dtype=float),
-            upper=np.array(upper, dtype=float), result=list(result),
+            ref=bands.ref[band_ids], lower=bands.lower[band_ids], upper=bands.upper[band_ids],
+            result=[bands.result[b] for b in band],
             session=[run_session[r] for r in run], jobid=[run_job[r] for r in run])
 
     def count(self) -> tuple[int, int]:
@@ -471,8 +544,6 @@ class Store:
             rows = self.conn.execute(
                 "SELECT path, kind, device, inode, size, mtime_ns, offset, lines, head_digest, "
                 "tail_digest, header FROM files").fetchall()
-        except sqlite3.OperationalError:  # a store from before incremental ingest
-            return []
         except sqlite3.Error as err:
             raise self._error(err) from None
         return [FileMark(*row) for row in rows]
@@ -482,10 +553,12 @@ class Store:
         how a run report that dates no test case finds the perflog run of the same job."""
         found: dict[str, str] = {}
         for prefix in prefixes:
-            row = self._query("SELECT run_key FROM runs WHERE run_key > ? AND run_key < ? "
-                              "AND from_results_db = 0 LIMIT 1", (prefix, prefix + "\uffff"))
-            if row:
-                found[prefix] = row[0][0]
+            jobid = prefix[:-1].rsplit("|", 1)[-1]
+            for (key,) in self._query("SELECT run_key FROM runs WHERE jobid = ? "
+                                      "AND from_results_db = 0", (jobid,)):
+                if key.startswith(prefix):
+                    found[prefix] = key
+                    break
         return found
 
     def run_only_columns(self, add: Iterable[str] = ()) -> frozenset[str]:
@@ -517,9 +590,10 @@ class Store:
         Series lose what describes one run (the reference key it was judged by, the
         transport used); readers that need it per value read it here.
         """
-        sql = ("SELECT s.test, s.environ, s.perfvar, v.time, v.value, v.unit, r.run_key, "
+        sql = ("SELECT s.test, s.environ, s.perfvar, v.time, v.value, b.unit, r.run_key, "
                "r.attrs, s.partition FROM samples v JOIN series s ON s.id = v.series_id "
-               "JOIN runs r ON r.id = v.run_id WHERE s.system = ?")
+               "JOIN runs r ON r.id = v.run_id JOIN bands b ON b.id = v.band_id "
+               "WHERE s.system = ?")
         args: list[object] = [system]
         if since is not None:
             sql += " AND v.time >= ?"
@@ -559,29 +633,53 @@ class Store:
         derived = derive_sessions(np.array([r[2] for r in runs if r[1] is None], dtype=float))
         run_session = {r[0]: r[1] if r[1] is not None else derived[r[2]] for r in runs}
         run_job = {r[0]: r[3] for r in runs}
+        bands = _Bands.read(self)
         out: list[SeriesData] = []
         try:
             cursor = self.conn.execute(
-                "SELECT series_id, time, run_id, value, ref, lower_thres, upper_thres, "
-                "result, unit FROM samples ORDER BY series_id, time, run_id")
+                "SELECT series_id, time, run_id, value, band_id FROM samples "
+                "ORDER BY series_id, time, run_id")
             pending: list[tuple] = []
             # One series at a time: memory stays near the size of the arrays.
             while True:
                 rows = cursor.fetchmany(20000)
                 for row in rows:
                     if pending and row[0] != pending[0][0]:
-                        out.append(self._series_data(pending, keys, run_session, run_job))
+                        out.append(self._series_data(pending, keys, bands, run_session, run_job))
                         pending = []
                     pending.append(row)
                 if not rows:
                     break
             if pending:
-                out.append(self._series_data(pending, keys, run_session, run_job))
+                out.append(self._series_data(pending, keys, bands, run_session, run_job))
         except sqlite3.Error as err:
             raise self._error(err) from None
         out.sort(key=lambda s: (s.key.test, s.key.params, s.key.system, s.key.partition,
                                 s.key.environ, s.key.perfvar))
         return out
+
+
+@dataclass
+class _Bands:
+    """The ``bands`` table as arrays indexed by band id, for readers of many values."""
+
+    unit: dict[int, str]
+    result: dict[int, str]
+    ref: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+
+    @classmethod
+    def read(cls, store: Store) -> _Bands:
+        import numpy as np  # the readers only (see the imports)
+
+        rows = store._query("SELECT id, unit, ref, lower_thres, upper_thres, result FROM bands")
+        size = max((r[0] for r in rows), default=0) + 1
+        arrays = [np.full(size, np.nan) for _ in range(3)]
+        for bid, _, *limits, _ in rows:
+            for array, limit in zip(arrays, limits):
+                array[bid] = np.nan if limit is None else limit
+        return cls({r[0]: r[1] for r in rows}, {r[0]: r[5] for r in rows}, *arrays)
 
 
 def derive_sessions(times: np.ndarray, gap: float = SESSION_GAP) -> dict[float, str]:

@@ -1,0 +1,91 @@
+"""`fabreg migrate`: a store of the first layout, written by the previous release from real
+perflogs, sweeps and run reports (tests/data/stores/README.md), rewritten with nothing lost."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+SCHEMA1 = DATA / "stores" / "schema1.db"
+
+
+def long_rows(db: Path) -> list[tuple]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT * FROM long ORDER BY test, params, system, partition, "
+                            "environ, perfvar, time, jobid").fetchall()
+
+
+@pytest.fixture
+def old_store(tmp_path: Path) -> Path:
+    db = tmp_path / "fabreg.db"
+    shutil.copy(SCHEMA1, db)
+    return db
+
+
+def test_a_store_of_the_first_layout_is_refused_in_one_line_naming_migrate(old_store, run_fabreg):
+    proc = run_fabreg("trends", db=old_store)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "fabreg migrate --db" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_migrate_keeps_every_value_run_and_session(old_store, run_fabreg, tmp_path: Path):
+    before = long_rows(old_store)
+    with sqlite3.connect(old_store) as conn:
+        old_files = conn.execute("SELECT * FROM files ORDER BY path").fetchall()
+        old_runs = conn.execute("SELECT id, run_key, time, jobid, nodelist, session, "
+                                "from_results_db, source, attrs FROM runs ORDER BY id").fetchall()
+    proc = run_fabreg("migrate", db=old_store, check=True)
+    assert f"migrated {old_store}: {len(before)} value(s)" in proc.stdout
+    backup = Path(f"{old_store}.schema1")
+    assert backup.is_file() and long_rows(backup) == before  # the old file, untouched
+    assert long_rows(old_store) == before
+    with sqlite3.connect(old_store) as conn:
+        assert conn.execute("SELECT * FROM files ORDER BY path").fetchall() == old_files
+        runs = conn.execute("SELECT r.id, r.run_key, r.time, r.jobid, r.nodelist, r.session, "
+                            "r.from_results_db, f.path, r.attrs FROM runs r "
+                            "JOIN sources f ON f.id = r.source_id ORDER BY r.id").fetchall()
+        assert runs == old_runs
+        assert conn.execute("SELECT value FROM meta WHERE key='values'").fetchone() == (
+            str(len(before)),)
+    again = run_fabreg("migrate", db=old_store)
+    assert again.returncode == 2 and "already has the current layout" in again.stderr
+
+
+def test_a_migrated_store_gives_the_verdicts_of_a_fresh_ingest_and_stores_nothing_twice(
+        old_store, run_fabreg, tmp_path: Path):
+    run_fabreg("migrate", db=old_store, check=True)
+    # The same inputs as the old store was made from, read the same way into a new store.
+    inputs = tmp_path / "inputs"
+    shutil.copytree(DATA / "real" / "perflogs", inputs / "history")
+    shutil.copytree(DATA / "sweep", inputs / "sweep")
+    fresh = tmp_path / "fresh.db"
+    run_fabreg("ingest", "history", "sweep", db=fresh, cwd=inputs)
+    fresh_rows = long_rows(fresh)
+    migrated = [row[:-1] + (row[-1].replace("/srv/perflogs", str(inputs)),)
+                                for row in long_rows(old_store)]
+    assert len(fresh_rows) == len(migrated)
+    for got, want in zip(fresh_rows, migrated):
+        assert got == want
+    for args in (("trends", "--format", "json"), ("isolate", "--format", "json")):
+        ours = run_fabreg(*args, db=old_store)
+        theirs = run_fabreg(*args, db=fresh)
+        assert (ours.returncode, ours.stdout) == (theirs.returncode, theirs.stdout)
+    # Reading the inputs again into the migrated store finds every run it holds.
+    again = run_fabreg("ingest", "history", "sweep", db=old_store, cwd=inputs)
+    assert " 0 new value(s)" in again.stdout
+    assert long_rows(old_store)[0][:13] == long_rows(fresh)[0][:13]
+
+
+def test_migrate_refuses_what_is_not_an_old_store(tmp_path: Path, run_fabreg):
+    missing = run_fabreg("migrate", db=tmp_path / "none.db")
+    assert missing.returncode == 2 and "no store at" in missing.stderr
+    junk = tmp_path / "junk.db"
+    junk.write_text("not sqlite at all\n" * 100)
+    proc = run_fabreg("migrate", db=junk)
+    assert proc.returncode == 2 and "not a fabreg store" in proc.stderr
+    assert junk.read_text().startswith("not sqlite")
