@@ -3,6 +3,7 @@ perflogs, sweeps and run reports (tests/data/stores/README.md), rewritten with n
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from pathlib import Path
@@ -43,13 +44,35 @@ def test_migrate_keeps_every_value_run_and_session(old_store, run_fabreg, tmp_pa
     assert f"migrated {old_store}: {len(before)} value(s)" in proc.stdout
     backup = Path(f"{old_store}.schema1")
     assert backup.is_file() and long_rows(backup) == before  # the old file, untouched
-    assert long_rows(old_store) == before
+    after = long_rows(old_store)
+    assert [row[:17] + row[18:] for row in after] == [row[:17] + row[18:] for row in before]
     with sqlite3.connect(old_store) as conn:
         assert conn.execute("SELECT * FROM files ORDER BY path").fetchall() == old_files
         runs = conn.execute("SELECT r.id, r.run_key, r.time, r.jobid, r.nodelist, r.session, "
                             "r.from_results_db, f.path, r.attrs FROM runs r "
                             "JOIN sources f ON f.id = r.source_id ORDER BY r.id").fetchall()
-        assert runs == old_runs
+    assert [r[:8] for r in runs] == [r[:8] for r in old_runs]
+    sweeps = 0
+    for new, old in zip(runs, old_runs):
+        new_attrs, old_attrs = json.loads(new[8]), json.loads(old[8])
+        table = old_attrs.pop("pair_table", None)
+        if table is None:
+            assert new_attrs == old_attrs
+            continue
+        # A sweep's pair table (its figures are the link series) became its pair rounds.
+        sweeps += 1
+        kept = json.loads(new_attrs.pop("pair_rounds"))
+        assert new_attrs == old_attrs
+        fields = json.loads(table)["fields"]
+        rows = [dict(zip(fields, row)) for row in json.loads(table)["rows"]]
+        expected = {(r["node_a"], r["node_b"]): r["round"] for r in rows
+                    if r["node_a"] != r["node_b"]}
+        names = kept["nodes"]
+        got = {(names[p[i]], names[p[i + 1]]): int(k)
+               for k, p in kept["rounds"].items() for i in range(0, len(p), 2)}
+        assert got == expected and len(got) == 12  # 4 nodes: every ordered pair
+    assert sweeps == 4  # the four sweep logs of tests/data/sweep
+    with sqlite3.connect(old_store) as conn:
         assert conn.execute("SELECT value FROM meta WHERE key='values'").fetchone() == (
             str(len(before)),)
     again = run_fabreg("migrate", db=old_store)

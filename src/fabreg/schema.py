@@ -52,6 +52,10 @@ NOT_PARAMETERS: frozenset[str] = frozenset({
 PAIR_TABLE = "pair_table"
 PAIR_TABLE_FIELDS: tuple[str, ...] = ("round", "pattern", "node_a", "node_b", "bandwidth",
                                       "latency", "latency_p50")
+#: What the store keeps of a sweep run's pair table once its figures are link series: which
+#: round measured each pair, as JSON ``{"nodes": [name, ...], "rounds": {"<round>": [a, b,
+#: a, b, ...]}}`` (indices into ``nodes``, sender first), a sixth of the table's size.
+PAIR_ROUNDS = "pair_rounds"
 #: The series parameters that name a link (a control of one host has node_a == node_b).
 LINK_PARAMETERS: tuple[str, ...] = ("node_a", "node_b")
 #: Pair-table metric -> unit; a row's perf variable is ``<kind>_<metric>``, kind ``link`` for a

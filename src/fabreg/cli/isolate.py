@@ -78,7 +78,7 @@ def _text(sweep: Sweep) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     with Store(db_path(args.db), create=False) as store:
-        sweeps = latest_sweeps(store.load(), system=args.system,
+        sweeps = latest_sweeps(store.newest_link_values(), system=args.system,
                                attributes=store.run_attributes)
     if not sweeps:
         raise FabregError("no sweep in the store: run the sweep (reframe ... --tag sweep), "

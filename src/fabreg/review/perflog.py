@@ -26,6 +26,7 @@ from fabreg.review import headerless_perflog, site_format
 from fabreg.schema import (
     NOT_PARAMETERS,
     PAIR_METRIC_UNITS,
+    PAIR_ROUNDS,
     PAIR_TABLE,
     SERIES_PARAMETERS,
     pair_perfvar,
@@ -662,35 +663,66 @@ def demote_run_only(samples: Iterable[Sample], columns: Collection[str]) -> None
         run.attrs = {**run.attrs, **moved}
 
 
+def _pair_rows(text: str) -> list[dict[str, object]]:
+    """The rows of a pair table (``fabreg.schema.PAIR_TABLE``) as field -> value."""
+    try:
+        table = json.loads(text)
+        fields = list(table["fields"])
+        return [dict(zip(fields, row)) for row in table["rows"]]
+    except (ValueError, TypeError, KeyError) as err:
+        raise ValueError(f"{PAIR_TABLE} is not a pair table ({err})") from None
+
+
+def pair_rounds(rows: list[dict[str, object]]) -> str:
+    """Which round measured each pair of a pair table (``fabreg.schema.PAIR_ROUNDS``)."""
+    nodes: dict[str, int] = {}
+    rounds: dict[str, list[int]] = {}
+    for row in rows:
+        a, b = str(row.get("node_a", "")), str(row.get("node_b", ""))
+        if a and b and a != b:
+            rounds.setdefault(str(row.get("round") or 0), []).extend(
+                (nodes.setdefault(a, len(nodes)), nodes.setdefault(b, len(nodes))))
+    return json.dumps({"nodes": list(nodes), "rounds": rounds}, separators=(",", ":"))
+
+
+def without_pair_table(attrs: dict[str, str]) -> dict[str, str]:
+    """A sweep run's attributes with its pair table replaced by the pair rounds: the table's
+    figures are stored as the link series, only the rounds are the run's own."""
+    if PAIR_TABLE not in attrs:
+        return attrs
+    kept = {k: v for k, v in attrs.items() if k != PAIR_TABLE}
+    kept[PAIR_ROUNDS] = pair_rounds(_pair_rows(attrs[PAIR_TABLE]))
+    return kept
+
+
 def link_samples(run: Run) -> list[Sample]:
     """The per-link values of a sweep run (``fabreg.schema.PAIR_TABLE``), one series per link.
 
     Each row becomes a run of the same job whose parameters add ``node_a``/``node_b``, so the
-    store keeps one series per link and metric. A malformed table is an error of the line.
+    store keeps one series per link and metric. The run and its links keep only which round
+    measured each pair (:func:`without_pair_table`) instead of the whole table. A malformed
+    table is an error of the line.
     """
     text = run.attrs.get(PAIR_TABLE)
     if not text:
         return []
-    try:
-        table = json.loads(text)
-        fields = list(table["fields"])
-        rows = [dict(zip(fields, row)) for row in table["rows"]]
-    except (ValueError, TypeError, KeyError) as err:
-        raise ValueError(f"{PAIR_TABLE} is not a pair table ({err})") from None
+    rows = _pair_rows(text)
     out: list[Sample] = []
     links: dict[tuple[str, str], Run] = {}
     for row in rows:
         a, b = str(row.get("node_a", "")), str(row.get("node_b", ""))
         if not a or not b:
             raise ValueError(f"{PAIR_TABLE} row without node_a/node_b: {row}")
+    # One attributes dict for the run and its links: whichever the store keeps has the rounds.
+    kept = run.attrs = without_pair_table(run.attrs)
+    for row in rows:
+        a, b = str(row["node_a"]), str(row["node_b"])
         link = links.get((a, b))
         if link is None:
             params = {**run.params, "node_a": a, "node_b": b}
             link = links[(a, b)] = Run(run.time, run.test, params, run.system, run.partition,
                                        run.environ, run.jobid, run.nodelist, run.display_name,
-                                       run.session, run.source,
-                                       attrs={k: v for k, v in run.attrs.items()
-                                              if k != PAIR_TABLE})
+                                       run.session, run.source, attrs=kept)
         for metric, unit in PAIR_METRIC_UNITS.items():
             value = row.get(metric)
             if isinstance(value, (int, float)) and math.isfinite(value):

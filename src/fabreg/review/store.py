@@ -610,22 +610,33 @@ class Store:
 
     def run_attributes(self, system: str, jobid: str, time: float) -> dict[str, str]:
         """The attributes of one run (``runs.attrs``), found by system, job id and time."""
-        rows = self._query(
-            "SELECT DISTINCT r.attrs FROM runs r JOIN samples v ON v.run_id = r.id "
-            "JOIN series s ON s.id = v.series_id WHERE s.system = ? AND r.jobid = ? "
-            "AND r.time = ?", (system, jobid, time))
+        rows = self._query("SELECT run_key, attrs FROM runs WHERE jobid = ? AND time = ?",
+                           (jobid, time))
         out: dict[str, str] = {}
-        for (attrs,) in rows:
-            out.update(json.loads(attrs or "{}"))
+        for key, attrs in rows:  # the key: name|system|partition|environ|jobid|time
+            if key.rsplit("|", 5)[1] == system:
+                out.update(json.loads(attrs or "{}"))
         return out
 
     def load(self) -> list[SeriesData]:
         """Every series with its values, sessions resolved (results DB, else derived)."""
+        return self._load(links_only=False)
+
+    def newest_link_values(self) -> list[SeriesData]:
+        """Every per-link series (a sweep's pairs and host controls: ``node_a``/``node_b``
+        parameters) with its newest value only: what ``fabreg isolate`` judges, read in
+        proportion to the links, not to their history."""
+        return self._load(links_only=True)
+
+    def _load(self, links_only: bool) -> list[SeriesData]:
         import numpy as np  # the readers only (see the imports)
 
+        where = ("WHERE json_extract(params, '$.node_a') IS NOT NULL "
+                 "AND json_extract(params, '$.node_b') IS NOT NULL" if links_only else "")
         keys = {}
         for sid, test, system, partition, environ, perfvar, params in self._query(
-                "SELECT id, test, system, partition, environ, perfvar, params FROM series"):
+                "SELECT id, test, system, partition, environ, perfvar, params FROM series "
+                + where):
             keys[sid] = SeriesKey(test, tuple(sorted(json.loads(params).items())), system,
                                   partition, environ, perfvar)
         runs = self._query("SELECT r.id, COALESCE(r.session, l.session), r.time, r.jobid "
@@ -634,11 +645,17 @@ class Store:
         run_session = {r[0]: r[1] if r[1] is not None else derived[r[2]] for r in runs}
         run_job = {r[0]: r[3] for r in runs}
         bands = _Bands.read(self)
+        sql = ("SELECT series_id, time, run_id, value, band_id FROM samples "
+               "ORDER BY series_id, time, run_id")
+        if links_only:  # the newest sample of each series: one index seek each
+            links = where.replace("params", "s.params")
+            sql = ("SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM series s "
+                   "JOIN samples v ON v.series_id = s.id AND v.time = (SELECT MAX(m.time) "
+                   f"FROM samples m WHERE m.series_id = s.id) {links} "
+                   "ORDER BY v.series_id, v.time, v.run_id")
         out: list[SeriesData] = []
         try:
-            cursor = self.conn.execute(
-                "SELECT series_id, time, run_id, value, band_id FROM samples "
-                "ORDER BY series_id, time, run_id")
+            cursor = self.conn.execute(sql)
             pending: list[tuple] = []
             # One series at a time: memory stays near the size of the arrays.
             while True:

@@ -1,7 +1,8 @@
 """``fabreg migrate``: a store of the first layout rewritten in the current one, nothing lost.
 
-The first layout kept a value's unit, reference, thresholds and result in its own row, and
-each run the path of its file and a unique index on its whole key: about 120 bytes a value.
+The first layout kept a value's unit, reference, thresholds and result in its own row, each
+run the path of its file and a unique index on its whole key, and each sweep run its whole
+pair table beside the link series that hold its figures: about 120 bytes a value.
 The current one (:mod:`fabreg.review.store`) keeps those once each. Migration copies every
 table into a new file beside the store, with the same series and run ids, checks that every
 value arrived, and only then puts the new file in the store's place; the old file stays
@@ -10,6 +11,7 @@ beside it as ``<store>.schema1`` until the site removes it.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from collections.abc import Callable
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fabreg.errors import FabregError
+from fabreg.review.perflog import without_pair_table
 from fabreg.review.store import SCHEMA, SCHEMA_VERSION, key_hash, schema_version
 
 #: Samples copied per statement: progress is reported between them.
@@ -75,12 +78,24 @@ def migrate(path: Path, progress: Callable[[int, int], None] | None = None) -> M
     return Migrated(*counts, before, new_size, backup)
 
 
+def _slim_attrs(text: str) -> str:
+    """A run's attributes as an ingest now stores them: a sweep's pair table, whose figures
+    the store holds as link series, becomes its pair rounds."""
+    if '"pair_table"' not in text:
+        return text
+    try:
+        return json.dumps(without_pair_table(json.loads(text)), sort_keys=True)
+    except ValueError:  # a table the ingest could not read: kept as it was
+        return text
+
+
 def _copy(path: Path, work: Path, tables: set[str],
           progress: Callable[[int, int], None] | None) -> tuple[int, int, int]:
     """Copy the store at ``path`` into a new file ``work``; (values, runs, series) copied."""
     new = sqlite3.connect(str(work), isolation_level=None)
     try:
         new.create_function("key_hash", 1, key_hash, deterministic=True)
+        new.create_function("slim_attrs", 1, _slim_attrs, deterministic=True)
         new.execute("PRAGMA journal_mode=WAL")
         new.execute("PRAGMA synchronous=OFF")  # a crash leaves only the .migrating file
         new.execute("ATTACH DATABASE ? AS o", (str(path),))
@@ -91,7 +106,7 @@ def _copy(path: Path, work: Path, tables: set[str],
         new.execute(
             "INSERT INTO runs(id, run_key, key_hash, time, jobid, nodelist, session, "
             "from_results_db, source_id, attrs) SELECT r.id, r.run_key, key_hash(r.run_key), "
-            "r.time, r.jobid, r.nodelist, r.session, r.from_results_db, f.id, r.attrs "
+            "r.time, r.jobid, r.nodelist, r.session, r.from_results_db, f.id, slim_attrs(r.attrs) "
             "FROM o.runs r JOIN sources f ON f.path = r.source ORDER BY r.id")
         new.execute("INSERT INTO bands(unit, ref, lower_thres, upper_thres, result) "
                     "SELECT DISTINCT unit, ref, lower_thres, upper_thres, result FROM o.samples")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from fabreg import isolation
 from fabreg.isolation import HIGHER_IS_BETTER
 from fabreg.review.store import SeriesData
-from fabreg.schema import LINK_PARAMETERS, PAIR_METRIC_UNITS, PAIR_TABLE
+from fabreg.schema import LINK_PARAMETERS, PAIR_METRIC_UNITS, PAIR_ROUNDS, PAIR_TABLE
 
 #: (system, job id, time) -> the run's attributes (``Store.run_attributes``)
 Attributes = Callable[[str, str, float], dict[str, str]]
@@ -78,7 +78,16 @@ def _is_link_series(series: SeriesData) -> bool:
 
 
 def _rounds(attrs: dict[str, str]) -> dict[tuple[str, str], int]:
-    """(sender, receiver) -> round, from the run's pair table (empty when it has none)."""
+    """(sender, receiver) -> round, from the run's pair rounds, or its whole pair table in a
+    store written before the rounds were kept alone (empty when it has neither)."""
+    if PAIR_ROUNDS in attrs:
+        try:
+            kept = json.loads(attrs[PAIR_ROUNDS])
+            names = list(kept["nodes"])
+            return {(names[pairs[i]], names[pairs[i + 1]]): int(r)
+                    for r, pairs in kept["rounds"].items() for i in range(0, len(pairs) - 1, 2)}
+        except (ValueError, TypeError, KeyError, IndexError):
+            return {}
     try:
         table = json.loads(attrs.get(PAIR_TABLE) or "{}")
         fields = list(table["fields"])
