@@ -55,7 +55,7 @@ SCHEMA_VERSION = 2
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS series(
     id INTEGER PRIMARY KEY,
-    key TEXT NOT NULL UNIQUE,
+    key_hash INTEGER NOT NULL,
     test TEXT NOT NULL,
     system TEXT NOT NULL,
     partition TEXT NOT NULL,
@@ -63,6 +63,7 @@ CREATE TABLE IF NOT EXISTS series(
     perfvar TEXT NOT NULL,
     params TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS series_by_key ON series(key_hash);
 CREATE TABLE IF NOT EXISTS sources(
     id INTEGER PRIMARY KEY,
     path TEXT NOT NULL UNIQUE
@@ -135,10 +136,12 @@ INSERT OR IGNORE INTO meta VALUES('values', '0');
 """ + f"INSERT OR IGNORE INTO meta VALUES('schema_version', '{SCHEMA_VERSION}');"
 
 
-def key_hash(run_key: str) -> int:
-    """The 64-bit hash a run is looked up by (``runs.key_hash``): an index of 8-byte integers
-    instead of one of the whole key text, which was a fifth of the first layout's bytes."""
-    return int.from_bytes(hashlib.blake2b(run_key.encode(), digest_size=8).digest(), "big",
+def key_hash(key: str) -> int:
+    """The 64-bit hash a run or a series is looked up by (``runs.key_hash``,
+    ``series.key_hash``): an index of 8-byte integers instead of one of the whole key text
+    (a fifth of the first layout's bytes; most of a link series' row). Two keys with one
+    hash are told apart by the key itself."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big",
                           signed=True)
 
 
@@ -177,6 +180,13 @@ class SeriesKey:
     @property
     def param(self) -> dict[str, str]:
         return dict(self.params)
+
+
+def _series_key(test: str, system: str, partition: str, environ: str, perfvar: str,
+                params: str) -> SeriesKey:
+    """The key of a ``series`` row, from its columns."""
+    return SeriesKey(test, tuple(sorted(json.loads(params).items())), system, partition,
+                     environ, perfvar)
 
 
 def _key_text(key: SeriesKey) -> str:
@@ -483,24 +493,32 @@ class Store:
             if ckey not in keys:
                 keys[ckey] = _key_text(SeriesKey(*ckey))
             per_sample.append(ckey)
-        ids = self._lookup_series(list(keys.values()))
+        ids = self._lookup_series(keys.values())
         missing = [ckey for ckey, text in keys.items() if text not in ids]
         if missing:
+            # Under our write lock SQLite numbers new rows max(id) + 1, + 2, ... in order.
+            last_id = self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM series").fetchone()[0]
             self.conn.executemany(
-                "INSERT OR IGNORE INTO series(key, test, system, partition, environ, "
-                "perfvar, params) VALUES(?,?,?,?,?,?,?)",
-                [(keys[k], k[0], k[2], k[3], k[4], k[5], json.dumps(dict(k[1]), sort_keys=True))
-                 for k in missing])
-            ids.update(self._lookup_series([keys[k] for k in missing]))
+                "INSERT INTO series(id, key_hash, test, system, partition, environ, perfvar, "
+                "params) VALUES(?,?,?,?,?,?,?,?)",
+                [(last_id + 1 + i, key_hash(keys[k]), k[0], k[2], k[3], k[4], k[5],
+                  json.dumps(dict(k[1]), sort_keys=True)) for i, k in enumerate(missing)])
+            ids.update({keys[k]: last_id + 1 + i for i, k in enumerate(missing)})
         return [ids[keys[ckey]] for ckey in per_sample]
 
-    def _lookup_series(self, texts: list[str]) -> dict[str, int]:
+    def _lookup_series(self, texts: Iterable[str]) -> dict[str, int]:
+        """Stored series ids by key text (``_key_text``), of the keys stored."""
+        wanted = {key_hash(t): t for t in texts}
+        hashes = list(wanted)
         out: dict[str, int] = {}
-        for i in range(0, len(texts), 500):
-            chunk = texts[i:i + 500]
-            out.update(self.conn.execute(
-                f"SELECT key, id FROM series WHERE key IN ({','.join('?' * len(chunk))})",
-                chunk).fetchall())
+        for i in range(0, len(hashes), 500):
+            chunk = hashes[i:i + 500]
+            for sid, khash, *columns in self.conn.execute(
+                    "SELECT id, key_hash, test, system, partition, environ, perfvar, params "
+                    f"FROM series WHERE key_hash IN ({','.join('?' * len(chunk))})", chunk):
+                text = _key_text(_series_key(*columns))
+                if text == wanted.get(khash):
+                    out[text] = sid
         return out
 
     # -- reading ---------------------------------------------------------------------
@@ -633,12 +651,8 @@ class Store:
 
         where = ("WHERE json_extract(params, '$.node_a') IS NOT NULL "
                  "AND json_extract(params, '$.node_b') IS NOT NULL" if links_only else "")
-        keys = {}
-        for sid, test, system, partition, environ, perfvar, params in self._query(
-                "SELECT id, test, system, partition, environ, perfvar, params FROM series "
-                + where):
-            keys[sid] = SeriesKey(test, tuple(sorted(json.loads(params).items())), system,
-                                  partition, environ, perfvar)
+        keys = {sid: _series_key(*columns) for sid, *columns in self._query(
+            "SELECT id, test, system, partition, environ, perfvar, params FROM series " + where)}
         runs = self._query("SELECT r.id, COALESCE(r.session, l.session), r.time, r.jobid "
                            "FROM runs r LEFT JOIN run_sessions l ON l.run_key = r.run_key")
         derived = derive_sessions(np.array([r[2] for r in runs if r[1] is None], dtype=float))

@@ -100,8 +100,8 @@ def _copy(path: Path, work: Path, tables: set[str],
         new.execute("PRAGMA synchronous=OFF")  # a crash leaves only the .migrating file
         new.execute("ATTACH DATABASE ? AS o", (str(path),))
         new.executescript("BEGIN;" + SCHEMA + "DELETE FROM meta;")
-        new.execute("INSERT INTO series SELECT id, key, test, system, partition, environ, "
-                    "perfvar, params FROM o.series")
+        new.execute("INSERT INTO series SELECT id, key_hash(key), test, system, partition, "
+                    "environ, perfvar, params FROM o.series")
         new.execute("INSERT INTO sources(path) SELECT DISTINCT source FROM o.runs ORDER BY 1")
         new.execute(
             "INSERT INTO runs(id, run_key, key_hash, time, jobid, nodelist, session, "
