@@ -199,3 +199,19 @@ def test_the_line_where_an_mpi_says_a_rank_died_explains_a_cut_table(line):
     text = "# OSU MPI Bi-Directional Bandwidth Test v5.9\n# Size      Bandwidth (MB/s)\n" + line
     assert abort_line(text) == line.strip()
     assert abort_line("# OSU MPI Latency Test v7.2\n1   0.21\n") is None
+
+
+def test_mvapich2_nemesis_osu_7_2_latency_and_the_bibw_abort(golden):
+    """Real OSU 7.2 on MVAPICH2 2.3.7 ch3:nemesis: latency parses, bibw's cut table names the
+    MPI's own assertion as the reason."""
+    latency = parse_osu((golden / "mvapich2-2.3.7" / "nemesis-shm-osu_latency.txt").read_text())
+    assert (latency.title, latency.version) == ("Latency", "7.2")
+    assert latency.sizes == powers_of_two(1, 65536)
+    assert table_problem(latency, "osu_latency", powers_of_two(1, 65536)) is None
+    text = (golden / "mvapich2-2.3.7" / "nemesis-shm-osu_bibw-abort.txt").read_text()
+    bibw = parse_osu(text)
+    assert bibw.rows == {}
+    assert table_problem(bibw, "osu_bibw", powers_of_two(1, 65536)).startswith(
+        "osu_bibw: no data row for 17 requested size(s)")
+    assert abort_line(text).startswith("[rank 1] Assertion failed in file <src>/src/mpid/ch3/"
+                                       "channels/nemesis/src/ch3_progress.c at line 782")

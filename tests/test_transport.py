@@ -7,7 +7,7 @@ import pytest
 
 from fabreg.errors import FabregError
 from fabreg.run import transport as t
-from fabreg.run.parsers.inventory import ucx_transports
+from fabreg.run.parsers.inventory import hydra_device, ucx_transports
 from fabreg.run.parsers.transport_log import (
     UcxLane,
     evidence_hosts,
@@ -510,3 +510,13 @@ def test_device_buffers_add_what_each_mpi_needs():
     assert "MV2_USE_CUDA" not in dict(t.launch_spec("mvapich2", "ucx_rc", nodes=2).env)
     with pytest.raises(FabregError, match="unknown buffer kind 'rocm'"):
         t.launch_spec("mpich", "tcp", nodes=2, buffer="rocm")
+
+
+def test_the_device_of_a_real_mvapich2_nemesis_build_is_read_from_its_mpiexec_info(golden):
+    """Hydra's `mpiexec -info` of MVAPICH2 2.3.7 built by ci/build-mvapich2.sh names the device
+    the verification rests on (nemesis prints no environment report)."""
+    text = (golden / "mvapich2-2.3.7" / "nemesis-mpiexec-info.txt").read_text()
+    assert hydra_device(text) == "ch3:nemesis"
+    nemesis = t.Inventory("mvapich2", mpi_device=hydra_device(text), rdma_devices=())
+    assert t.availability_problem("mvapich2", "shm", nemesis) is None
+    assert "no InfiniBand channel" in t.availability_problem("mvapich2", "ucx_rc", nemesis)
