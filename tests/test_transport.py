@@ -11,6 +11,7 @@ from fabreg.run.parsers.inventory import hydra_device, ucx_transports
 from fabreg.run.parsers.transport_log import (
     UcxLane,
     evidence_hosts,
+    mvapich2_no_hca,
     mvapich2_report,
     ob1_btls,
     ucx_lanes,
@@ -520,3 +521,12 @@ def test_the_device_of_a_real_mvapich2_nemesis_build_is_read_from_its_mpiexec_in
     nemesis = t.Inventory("mvapich2", mpi_device=hydra_device(text), rdma_devices=())
     assert t.availability_problem("mvapich2", "shm", nemesis) is None
     assert "no InfiniBand channel" in t.availability_problem("mvapich2", "ucx_rc", nemesis)
+
+
+def test_mvapich2_mrail_without_an_hca_is_told_by_its_own_line(golden):
+    """MVAPICH2 2.3.7 ch3:mrail on a host without an HCA, made to open its network channel:
+    MPI_Init fails at once; the first line that says so is the skip reason."""
+    text = (golden / "mvapich2-2.3.7" / "mrail-no-hca-mpi_init.txt").read_text()
+    assert mvapich2_no_hca(text) == "[vm:mpi_rank_0][rdma_open_hca] No HCAs found on the system."
+    nemesis = (golden / "mvapich2-2.3.7" / "nemesis-shm-osu_bibw-abort.txt").read_text()
+    assert mvapich2_no_hca(nemesis) is None

@@ -34,6 +34,7 @@ from reframe.core.launchers import JobLauncher
 from reframe.core.logging import getlogger
 
 from fabreg.run import transport as tx
+from fabreg.run.parsers.transport_log import mvapich2_no_hca
 from fabreg.testlib.base import FabregCheck, max_nodes, node_counts, partitions, reframe_errors
 
 _warned: set[str] = set()
@@ -254,6 +255,19 @@ class MpiCheck(FabregCheck):
             self.num_tasks_per_node = None
         if self.mpi == "openmpi" and "--oversubscribe" not in self.launch_options:
             self.launch_options = [*self.launch_options, "--oversubscribe"]
+
+    @run_before("sanity")
+    def skip_without_hca(self) -> None:
+        """An InfiniBand build of MVAPICH2 (``ch3:mrail``) that finds no HCA cannot start. On a
+        partition that declares no RDMA device the case is skipped with MVAPICH2's own words;
+        where the site declares HCAs (``extras['rdma_devices']``) a missing one is a fault."""
+        if self.mpi != "mvapich2" or self.is_dry_run():
+            return
+        said = mvapich2_no_hca(self.job_output())
+        if said and self.current_partition.extras.get("rdma_devices"):
+            raise SanityError(f"MVAPICH2 found no HCA on a partition that declares "
+                              f"{', '.join(self.current_partition.extras['rdma_devices'])}: {said}")
+        self.skip_if(bool(said), f"MVAPICH2 found no InfiniBand HCA here: {said}")
 
     @run_after("sanity")
     def check_transport_used(self) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from fabreg.run.parsers.lines import first_line
+
 _TITLE = re.compile(r"^# OSU MPI(?:-\w+)? (?P<title>.+?) Test v(?P<version>\S+)\s*$")
 _DATATYPE = re.compile(r"^# Datatype: (?P<dtype>\S+?)\.?\s*$")
 _COLUMNS = re.compile(r"^# Size\s+(?P<rest>.+)$")
@@ -173,10 +175,7 @@ _ABORTS = re.compile(r"Assertion failed in file|internal ABORT|BAD TERMINATION|M
 
 def abort_line(text: str) -> str | None:
     """The first line of ``text`` in which an MPI or its launcher says a rank died, if any."""
-    for line in text.splitlines():
-        if _ABORTS.search(line):
-            return line.strip()[:300]
-    return None
+    return first_line(text, _ABORTS)
 
 
 def powers_of_two(low: int, high: int) -> list[int]:

@@ -31,6 +31,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from fabreg.run.parsers.lines import first_line
+
 # "ep_cfg[1]: tag(...)" (UCX <= 1.13) or "<name> self|intra-node|inter-node cfg#2 tag(...)"
 _UCX_EP_CONFIG = re.compile(
     r"UCX\s+INFO\s+.*?(?:ep_cfg\[\d+\]:|\b(?P<scope>self|intra-node|inter-node)\s+cfg#\d+)"
@@ -189,3 +191,14 @@ def mvapich2_report(text: str) -> Mvapich2Report | None:
             block.setdefault(m["name"], m["value"])
             listed += 1
     return Mvapich2Report(version, fields, all_params)
+
+
+#: What MVAPICH2's InfiniBand device (``ch3:mrail``) says when ``MPI_Init`` finds no usable HCA
+#: (``rdma_iba_priv.c``): the host lacks what the build was made for.
+_MV2_NO_HCA = re.compile(r"No HCAs found on the system|HCA not found on the system|"
+                         r"No IB device found|No active HCAs found|No HCA on the node has an IP")
+
+
+def mvapich2_no_hca(text: str) -> str | None:
+    """MVAPICH2's own line saying it found no HCA, if ``text`` has one (else None)."""
+    return first_line(text, _MV2_NO_HCA)
