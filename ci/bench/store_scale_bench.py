@@ -101,11 +101,18 @@ def generate(root: Path, n: int, nights: int, seed: int = 1) -> tuple[Path, str,
     return log, newest, per_night
 
 
+#: Seconds one command may take (``--timeout``); one that takes longer is reported as inf.
+TIMEOUT = 900.0
+
+
 def fabreg(python_path: Path, args: list[str], db: Path) -> tuple[float, str]:
     env = dict(os.environ, PYTHONPATH=str(python_path), FABREG_DB=str(db))
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "fabreg.cli", *args], env=env,
-                          capture_output=True, text=True)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "fabreg.cli", *args], env=env,
+                              capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return math.inf, ""
     wall = time.perf_counter() - start
     if proc.returncode not in (0, 1):
         sys.exit(f"fabreg {' '.join(args)} ({python_path}) failed ({proc.returncode}): "
@@ -162,6 +169,8 @@ def checks_year(base: Path, layouts: dict[str, Path], scale: int) -> None:
         print(f"{'checks':>6} {365:>6} {values:>10}  {name:<13} {r['per_value']:>8.1f} "
               f"{r['bytes'] / 1e6:>9.1f} {r['first']:>9.1f} {'':>10} {'':>9} "
               f"{r['trends']:>9.1f}", flush=True)
+    if len(rows) < 2:
+        return
     old, new = rows["first layout"], rows["current"]
     print(f"{'':>25}  {'ratio':<13} {new['per_value'] / old['per_value']:>8.2f} {'':>9} "
           f"{new['first'] / old['first']:>9.2f} {'':>10} {'':>9} "
@@ -170,6 +179,7 @@ def checks_year(base: Path, layouts: dict[str, Path], scale: int) -> None:
 
 
 def main() -> int:
+    global TIMEOUT
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", default="1000,10000")
     parser.add_argument("--nights", default="30,3",
@@ -181,6 +191,10 @@ def main() -> int:
     parser.add_argument("--trends-max-nodes", type=int, default=1000,
                         help="time `fabreg trends` only on sweeps of at most this many nodes "
                              "(it reads every value: at 10,000 nodes it is the open problem)")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT,
+                        help="seconds one fabreg command may take; longer prints inf")
+    parser.add_argument("--layouts", default="first layout,current",
+                        help="which layouts to measure (comma-separated)")
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it")
     args = parser.parse_args()
     nodes = [int(x) for x in args.nodes.split(",")]
@@ -193,7 +207,10 @@ def main() -> int:
     if not old_tree.exists():
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f",
                         str(old_tree), args.baseline], check=True, capture_output=True)
-    layouts = {"first layout": old_tree / "src", "current": ROOT / "src"}
+    TIMEOUT = args.timeout
+    layouts = {name: src for name, src in
+               {"first layout": old_tree / "src", "current": ROOT / "src"}.items()
+               if name in args.layouts.split(",")}
     print(f"{'nodes':>6} {'nights':>6} {'values':>10}  {'layout':<13} {'B/value':>8} "
           f"{'store MB':>9} {'ingest s':>9} {'+1 night s':>10} {'isolate s':>9} "
           f"{'trends s':>9} {'MB/night':>8} {'year GB':>8}  suspects")
@@ -219,11 +236,13 @@ def main() -> int:
                       f"{r['isolate']:>9.2f} {r['trends']:>9.1f} {r['night_bytes'] / 1e6:>8.1f} "
                       f"{year:>8.2f}  "
                       f"{', '.join(r['suspects']) or '-'}", flush=True)
-            old, new = rows["first layout"], rows["current"]
-            print(f"{'':>25}  {'ratio':<13} {new['per_value'] / old['per_value']:>8.2f} "
-                  f"{'':>9} {new['first'] / old['first']:>9.2f} "
-                  f"{new['append'] / old['append']:>10.2f} {new['isolate'] / old['isolate']:>9.2f} "
-                  f"{new['trends'] / old['trends']:>9.2f}", flush=True)
+            if len(rows) == 2:
+                old, new = rows["first layout"], rows["current"]
+                print(f"{'':>25}  {'ratio':<13} {new['per_value'] / old['per_value']:>8.2f} "
+                      f"{'':>9} {new['first'] / old['first']:>9.2f} "
+                      f"{new['append'] / old['append']:>10.2f} "
+                      f"{new['isolate'] / old['isolate']:>9.2f} "
+                      f"{new['trends'] / old['trends']:>9.2f}", flush=True)
             print(f"{'':>25}  a year of nightly sweeps of {n} nodes: {per_night} values a "
                   f"night, {per_night * 365 / 1e6:.1f} M values", flush=True)
     finally:
