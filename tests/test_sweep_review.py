@@ -8,16 +8,19 @@ at a third of the healthy pair bandwidth, the link node1<->node3 capped the same
 from __future__ import annotations
 
 import json
+import math
+import random
 from pathlib import Path
 
 import pytest
 from conftest import REPO, fabreg
 
+from fabreg import isolation
 from fabreg.review.isolation_metrics import render
 from fabreg.review.isolation_plot import write
 from fabreg.review.perflog import read_perflog_file
 from fabreg.review.store import Store
-from fabreg.review.sweeps import latest_sweeps
+from fabreg.review.sweeps import MAX_LINK_NODES, Sweep, latest_sweeps
 
 DATA = REPO / "tests" / "data" / "sweep"
 NODES = ["node1", "node2", "node3", "node4"]
@@ -146,3 +149,46 @@ def test_gauges_name_the_node_and_heat_map_draws_the_matrix(tmp_path):
     pngs = sorted((tmp_path / "report").glob("sweep-*-bandwidth.png"))
     assert pngs and pngs[0].read_bytes()[:4] == b"\x89PNG"
     assert render([]) == "" and write([], tmp_path / "none") is None
+
+
+def _large_sweep(n: int, slow: tuple[int, int]) -> Sweep:
+    """An xor sweep of n nodes (ceil(log2 n) rounds), 2 % noise, one link at half speed."""
+    rng = random.Random(7)
+    names = [f"nid{i:05d}" for i in range(n)]
+    rounds = [k for k in range(1, n) if k & (k - 1) == 0]  # 1, 2, 4, ...: log2 n rounds
+    pairs = [isolation.PairValue(names[a], names[a ^ k], 12000 * math.exp(rng.gauss(0, 0.02))
+                                 * (0.5 if {a, a ^ k} == set(slow) else 1.0), r)
+             for r, k in enumerate(rounds, start=1) for a in range(n) if a ^ k < n]
+    return Sweep("Sweep", (("transport", "ucx_rc"),), "big", "compute", "openmpi", 1.0e9, "7",
+                 pairs={"bandwidth": pairs})
+
+
+def test_a_large_sweep_is_shown_per_node_and_per_round(tmp_path):
+    """Above MAX_LINK_NODES: per-link gauges only for the slow pairs, every node and round
+    summarised, no matrix drawn but the worst nodes and the rounds as tables."""
+    sweep = _large_sweep(MAX_LINK_NODES + 44, slow=(1, 3))
+    assert sweep.summarised and len(sweep.nodes) == MAX_LINK_NODES + 44
+    (loc,) = sweep.localise()
+    assert [(s.kind, s.nodes) for s in loc.suspects] == [("link", ("nid00001", "nid00003"))]
+    text = render([sweep])
+    links = [ln for ln in text.splitlines() if ln.startswith("fabreg_link_value{")]
+    assert len(links) == 2 and all('node_a="nid00001"' in ln or 'node_a="nid00003"' in ln
+                                   for ln in links)
+    nodes = [ln for ln in text.splitlines() if ln.startswith("fabreg_node_slow_pairs_ratio{")]
+    assert len(nodes) == len(sweep.nodes)
+    rounds = {r.round: r for r in sweep.round_summary(loc)}
+    assert len(rounds) == 9 and rounds[2].slow == 2 and sum(r.slow for r in rounds.values()) == 2
+    assert 'fabreg_round_slow_pairs{environ="openmpi",metric="bandwidth",partition="compute",' \
+           'round="2",system="big"} 2.0' in text
+    worst = sweep.node_summary(loc)[:2]
+    assert {w.node for w in worst} == {"nid00001", "nid00003"} and worst[0].slow == 2
+    page = write([sweep], tmp_path / "report").read_text()
+    assert "no matrix drawn" in page and "data:image/png" not in page
+    table = page[page.index('<table class="nodes">'):page.index('<table class="rounds">')]
+    assert table.count("<tr><td>") == 20 and table.index("<td>nid00001</td>") < 300
+    assert f"the 20 worst of {len(sweep.nodes)} nodes" in table
+    assert "link nid00001 &lt;-&gt; nid00003" in page and '<table class="rounds">' in page
+    small = _large_sweep(16, slow=(1, 3))
+    assert not small.summarised
+    assert sum(ln.startswith("fabreg_link_value{") for ln in render([small]).splitlines()) \
+        == len(small.pairs["bandwidth"])

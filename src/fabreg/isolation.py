@@ -224,14 +224,18 @@ def _suspects(pairs: list[PairValue], slow: dict[int, SlowPair],
     nodes = sorted({p.node_a for p in pairs} | {p.node_b for p in pairs})
     named: list[Suspect] = []
     explained: set[str] = set()
+    by_node: dict[str, list[PairValue]] = {}
+    for p in pairs:  # each node's pairs, found once: a sweep of n nodes has ~14 n pairs
+        by_node.setdefault(p.node_a, []).append(p)
+        by_node.setdefault(p.node_b, []).append(p)
     if len(nodes) > 2:  # with two nodes, a node cannot be told from the path
         while True:
             best = None
             for node in nodes:
                 if node in explained:
                     continue
-                mine = [p for p in pairs if node in (p.node_a, p.node_b)
-                        and not explained & {p.node_a, p.node_b}]
+                mine = [p for p in by_node[node]
+                        if p.node_a not in explained and p.node_b not in explained]
                 if len(mine) >= 2 and judge.group_is_slow(mine):
                     effect = judge.majority(mine)
                     if best is None or effect > best[0]:
@@ -245,7 +249,7 @@ def _suspects(pairs: list[PairValue], slow: dict[int, SlowPair],
                                  len(mine)))
     by_link: dict[tuple[str, str], list[PairValue]] = {}
     for p in pairs:
-        if not explained & {p.node_a, p.node_b}:
+        if p.node_a not in explained and p.node_b not in explained:
             by_link.setdefault(tuple(sorted((p.node_a, p.node_b))), []).append(p)
     for link, mine in sorted(by_link.items()):
         together = judge.group_is_slow(mine)

@@ -1,6 +1,10 @@
 """Prometheus gauges of the newest sweeps: per link its value and deficit, per node and per
 link whether it is a suspect (``fabreg.isolation``), so an alert can name the culprit.
 
+A sweep of more than ``sweeps.MAX_LINK_NODES`` nodes (140,000 pairs per metric at 10,000) gets
+per-link gauges only for its slow pairs and its suspects' evidence (per node and per round
+for all): a scrape stays in proportion to the nodes and to what is wrong.
+
 Rendered with prometheus-client's exposition format; ``fabreg export prometheus`` and
 ``serve-metrics`` add it to the store's collector (``fabreg.cli.export``).
 """
@@ -35,6 +39,15 @@ def render(sweeps: list[Sweep]) -> str:
                          [*_WHERE, "metric", "node"], registry=registry)
     sweep_time = Gauge("fabreg_sweep_timestamp_seconds", "When the newest sweep finished",
                        list(_WHERE), registry=registry)
+    sweep_pairs = Gauge("fabreg_sweep_pairs", "Newest sweep: pairs measured",
+                        [*_WHERE, "metric"], registry=registry)
+    sweep_slow = Gauge("fabreg_sweep_slow_pairs", "Newest sweep: pairs slow against the run's "
+                       "healthy pairs", [*_WHERE, "metric"], registry=registry)
+    round_slow = Gauge("fabreg_round_slow_pairs", "Newest sweep: slow pairs of one round",
+                       [*_WHERE, "metric", "round"], registry=registry)
+    round_median = Gauge("fabreg_round_median_value",
+                         "Newest sweep: the median value of one round's pairs (MB/s or us)",
+                         [*_WHERE, "metric", "round"], registry=registry)
     for sweep in sweeps:
         where = (sweep.system, sweep.partition, sweep.environ)
         sweep_time.labels(*where).set(sweep.time)
@@ -44,17 +57,22 @@ def render(sweeps: list[Sweep]) -> str:
             confirmed = [s for s in loc.suspects if not sweep.unconfirmed(s)]
             named_links = {tuple(s.nodes) for s in confirmed if s.kind == "link"}
             named_nodes = {s.nodes[0] for s in confirmed if s.kind == "node"}
+            evidence = {(p.node_a, p.node_b) for s in loc.suspects for p in s.pairs}
+            sweep_pairs.labels(*where, loc.metric).set(len(pairs))
+            sweep_slow.labels(*where, loc.metric).set(len(slow))
             for p in pairs:
+                key = (p.node_a, p.node_b)
+                if sweep.summarised and key not in slow and key not in evidence:
+                    continue  # a large sweep: per link only what is slow or evidence
                 labels = (*where, loc.metric, p.node_a, p.node_b)
                 link_value.labels(*labels).set(p.value)
-                link_deficit.labels(*labels).set(loc.pair_deficit.get((p.node_a, p.node_b), 0.0))
-                link_suspect.labels(*labels).set(
-                    float(tuple(sorted((p.node_a, p.node_b))) in named_links))
-            for node in sweep.nodes:
-                mine = [p for p in pairs if node in (p.node_a, p.node_b)]
-                if not mine:
-                    continue
-                bad = sum((p.node_a, p.node_b) in slow for p in mine)
-                node_slow.labels(*where, loc.metric, node).set(bad / len(mine))
-                node_suspect.labels(*where, loc.metric, node).set(float(node in named_nodes))
+                link_deficit.labels(*labels).set(loc.pair_deficit.get(key, 0.0))
+                link_suspect.labels(*labels).set(float(tuple(sorted(key)) in named_links))
+            for node in sweep.node_summary(loc):
+                node_slow.labels(*where, loc.metric, node.node).set(node.slow / node.measured)
+                node_suspect.labels(*where, loc.metric, node.node).set(
+                    float(node.node in named_nodes))
+            for r in sweep.round_summary(loc):
+                round_slow.labels(*where, loc.metric, str(r.round)).set(r.slow)
+                round_median.labels(*where, loc.metric, str(r.round)).set(r.median_value)
     return generate_latest(registry).decode()

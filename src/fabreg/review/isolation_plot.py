@@ -1,5 +1,6 @@
 """The sweep's pair matrix as a heat map: each pair's value as a share of the run's healthy
 level, so a bad node is a dark cross (its row and its column) and a bad link two dark cells.
+A sweep too large to read as a matrix gets its worst nodes and its rounds as tables.
 
 ``write`` puts ``isolation.html`` (self-contained, PNGs inline) and one PNG per sweep next to
 the report; ``fabreg report`` calls it (the main page should link it: see docs/isolation.md).
@@ -21,10 +22,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from fabreg import isolation  # noqa: E402
-from fabreg.review.sweeps import Sweep  # noqa: E402
+from fabreg.review.sweeps import MAX_LINK_NODES, Sweep  # noqa: E402
 
-#: Larger sweeps get no matrix (n x n cells); their suspects are listed all the same.
-MAX_MATRIX_NODES = 256
+#: Larger sweeps get no matrix (n x n cells) but a table per node and per round.
+MAX_MATRIX_NODES = MAX_LINK_NODES
+#: Nodes listed in a large sweep's table: the worst first.
+WORST_NODES = 20
 
 
 def matrix(sweep: Sweep, loc: isolation.Localisation) -> tuple[list[str], np.ndarray]:
@@ -64,13 +67,29 @@ def heatmap_png(sweep: Sweep, loc: isolation.Localisation) -> bytes:
     return buf.getvalue()
 
 
+def summary_tables(sweep: Sweep, loc: isolation.Localisation) -> list[str]:
+    """A large sweep's ``WORST_NODES`` worst nodes and its rounds, as HTML tables."""
+    nodes = sweep.node_summary(loc)
+    rows = "".join(f"<tr><td>{html.escape(n.node)}</td><td>{n.measured}</td><td>{n.slow}</td>"
+                   f"<td>{n.median_pct:.0f}%</td><td>{n.worst_pct:.0f}%</td></tr>"
+                   for n in nodes[:WORST_NODES])
+    rounds = "".join(f"<tr><td>{r.round}</td><td>{r.measured}</td><td>{r.slow}</td>"
+                     f"<td>{r.median_value:.4g}</td></tr>" for r in sweep.round_summary(loc))
+    return [f'<table class="nodes"><caption>the {min(WORST_NODES, len(nodes))} worst of '
+            f"{len(nodes)} nodes</caption><tr><th>node</th><th>pairs</th><th>slow</th>"
+            f"<th>median deficit</th><th>worst deficit</th></tr>{rows}</table>",
+            '<table class="rounds"><caption>rounds</caption><tr><th>round</th><th>pairs</th>'
+            f"<th>slow</th><th>median {html.escape(loc.metric)}</th></tr>{rounds}</table>"]
+
+
 def write(sweeps: list[Sweep], out: Path) -> Path | None:
     """``out/isolation.html`` with every sweep's heat map and suspects; None without sweeps."""
     if not sweeps:
         return None
     out.mkdir(parents=True, exist_ok=True)
     parts = ["<!doctype html><meta charset=utf-8><title>fabreg: sweeps</title>",
-             "<style>body{font-family:sans-serif;margin:2em}img{max-width:100%}</style>",
+             "<style>body{font-family:sans-serif;margin:2em}img{max-width:100%}"
+             "table{border-collapse:collapse;margin:1em 0}td,th{padding:0 .6em}</style>",
              "<h1>Sweeps: bad node, bad link</h1>"]
     for k, sweep in enumerate(sweeps):
         when = datetime.fromtimestamp(sweep.time, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -88,7 +107,8 @@ def write(sweeps: list[Sweep], out: Path) -> Path | None:
                          f"below it; suspects:</p><ul>{items or '<li>none</li>'}</ul>")
             if len(sweep.nodes) > MAX_MATRIX_NODES:
                 parts.append(f"<p>{len(sweep.nodes)} nodes: no matrix drawn (more than "
-                             f"{MAX_MATRIX_NODES}).</p>")
+                             f"{MAX_MATRIX_NODES}); the worst nodes and every round:</p>")
+                parts += summary_tables(sweep, loc)
                 continue
             png = heatmap_png(sweep, loc)
             (out / f"sweep-{k}-{loc.metric}.png").write_bytes(png)

@@ -13,6 +13,7 @@ import json
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from statistics import median
 
 from fabreg import isolation
 from fabreg.isolation import HIGHER_IS_BETTER
@@ -26,6 +27,33 @@ Attributes = Callable[[str, str, float], dict[str, str]]
 #: median latency is evidence, not judged: on a shared host it measures waiting for a CPU).
 LINK_PERFVARS = {f"link_{metric}": metric for metric in PAIR_METRIC_UNITS
                  if metric in HIGHER_IS_BETTER}
+
+
+#: Above this many nodes a sweep is shown per node and per round (the heat map and the per-link
+#: gauges would be n x n: 10^8 cells at 10,000 nodes); its slow pairs and suspects still are.
+MAX_LINK_NODES = 256
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """One node's pairs in one metric of a sweep."""
+
+    node: str
+    measured: int
+    slow: int
+    #: the median and the largest deficit of its pairs (percent below the healthy level)
+    median_pct: float
+    worst_pct: float
+
+
+@dataclass(frozen=True)
+class RoundSummary:
+    """The pairs one round measured at the same time, in one metric of a sweep."""
+
+    round: int
+    measured: int
+    slow: int
+    median_value: float  # in the metric's unit
 
 
 @dataclass
@@ -49,6 +77,8 @@ class Sweep:
     #: the suspects the confirming sweep did not name again, as the check logged them after
     #: the confirmed ones (``...; flaky (not named again ...): link node1 <-> node3: ...``)
     flaky: str = ""
+    _judged: list[isolation.Localisation] | None = field(default=None, repr=False,
+                                                          compare=False)
 
     def unconfirmed(self, suspect: isolation.Suspect) -> str:
         """Why ``suspect`` is not confirmed (``inconclusive (...)``, ``flaky (...)``), or ''."""
@@ -57,6 +87,33 @@ class Sweep:
         if suspect.ident() in self.flaky:
             return self.flaky.split(":", 1)[0]
         return ""
+
+    @property
+    def summarised(self) -> bool:
+        """Too many nodes for a matrix or per-link gauges (``MAX_LINK_NODES``)."""
+        return len(self.nodes) > MAX_LINK_NODES
+
+    def node_summary(self, loc: isolation.Localisation) -> list[NodeSummary]:
+        """Per node: its pairs, how many are slow, their deficits; worst nodes first."""
+        slow = {(p.node_a, p.node_b) for p in loc.slow}
+        mine: dict[str, list[tuple[float, bool]]] = defaultdict(list)
+        for p in self.pairs.get(loc.metric, []):
+            key = (p.node_a, p.node_b)
+            entry = (loc.pair_deficit.get(key, 0.0), key in slow)
+            mine[p.node_a].append(entry)
+            mine[p.node_b].append(entry)
+        out = [NodeSummary(node, len(e), sum(s for _, s in e), median(d for d, _ in e),
+                           max(d for d, _ in e)) for node, e in mine.items()]
+        return sorted(out, key=lambda n: (-n.slow, -n.median_pct, n.node))
+
+    def round_summary(self, loc: isolation.Localisation) -> list[RoundSummary]:
+        """Per round (0: pairs without a round): its pairs, how many are slow, their median."""
+        slow = {(p.node_a, p.node_b) for p in loc.slow}
+        rounds: dict[int, list[isolation.PairValue]] = defaultdict(list)
+        for p in self.pairs.get(loc.metric, []):
+            rounds[p.round].append(p)
+        return [RoundSummary(r, len(ps), sum((p.node_a, p.node_b) in slow for p in ps),
+                             median(p.value for p in ps)) for r, ps in sorted(rounds.items())]
 
     @property
     def nodes(self) -> list[str]:
@@ -69,7 +126,10 @@ class Sweep:
         return f"{self.test} {params} {self.system}:{self.partition}+{self.environ}"
 
     def localise(self) -> list[isolation.Localisation]:
-        return isolation.localise_all(self.pairs)
+        """The sweep judged (once: the text, JSON and gauges all read the same verdict)."""
+        if self._judged is None:
+            self._judged = isolation.localise_all(self.pairs)
+        return self._judged
 
 
 def _is_link_series(series: SeriesData) -> bool:
