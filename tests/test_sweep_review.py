@@ -20,7 +20,7 @@ from fabreg.review.isolation_metrics import render
 from fabreg.review.isolation_plot import write
 from fabreg.review.perflog import read_perflog_file
 from fabreg.review.store import Store
-from fabreg.review.sweeps import MAX_LINK_NODES, Sweep, latest_sweeps
+from fabreg.review.sweeps import MAX_LINK_NODES, Sweep, latest_sweeps, newest_values
 
 DATA = REPO / "tests" / "data" / "sweep"
 NODES = ["node1", "node2", "node3", "node4"]
@@ -35,7 +35,7 @@ def _store(tmp_path: Path, case: str) -> Path:
 
 def _sweeps(db: Path):
     with Store(db, create=False) as store:
-        return latest_sweeps(store.load(), attributes=store.run_attributes)
+        return latest_sweeps(store.newest_link_values(), attributes=store.run_attributes)
 
 
 def test_every_pair_and_control_is_its_own_series():
@@ -69,6 +69,16 @@ def test_the_stored_sweep_names_what_was_capped(tmp_path, case, expected):
         assert sweep.nodes == NODES and sweep.system == "minicluster"
         bandwidth = next(loc for loc in sweep.localise() if loc.metric == "bandwidth")
         assert {(s.kind, s.nodes) for s in bandwidth.suspects} == expected
+
+
+def test_the_whole_store_and_the_newest_links_give_the_same_sweeps(tmp_path):
+    """report/export read the whole store, isolate only each link's newest value."""
+    with Store(_store(tmp_path, "node"), create=False) as store:
+        whole = latest_sweeps(newest_values(store.load()), attributes=store.run_attributes)
+        newest = latest_sweeps(store.newest_link_values(), attributes=store.run_attributes)
+    assert [(w.jobid, w.time, w.pairs, w.controls) for w in whole] == [
+        (w.jobid, w.time, w.pairs, w.controls) for w in newest]
+    assert any(p.round > 0 for w in whole for p in w.pairs["bandwidth"])
 
 
 def test_isolate_prints_json_and_exits_1_on_a_suspect(tmp_path):

@@ -7,7 +7,9 @@ with the ``xor`` pattern (ceil(log2 N) rounds of N ordered pairs; bandwidth, lat
 median latency per pair, loopback and memory controls per node; 2 % lognormal noise), with
 one link at half speed in the newest night. For each N and each layout, through the real CLI:
 the first ingest of all nights but the newest, the newest night appended, ``fabreg isolate``
-and ``fabreg trends`` on the result; the store's bytes per value, and a year projected: the
+and ``fabreg trends`` on the result, and (current layout) the nightly
+``fabreg trends --incremental`` after the appended night (its state made by a run before it);
+the store's bytes per value, and a year projected: the
 store as it is plus the appended night's growth for each night to a year (the series,
 written once, are not counted again).
 
@@ -125,14 +127,18 @@ def store_bytes(db: Path) -> int:
 
 
 def measure(src: Path, work: Path, log: Path, newest: str, values: int,
-            with_trends: bool) -> dict[str, object]:
+            with_trends: bool, incremental: bool) -> dict[str, object]:
     db = work / "fabreg.db"
     head = log.read_bytes()
     first, _ = fabreg(src, ["ingest", "-q", str(log.parent.parent.parent)], db)
+    if incremental:  # the state the nightly trends starts from (this run reads all)
+        fabreg(src, ["trends", "--incremental", "-q", "--format", "json"], db)
     before = store_bytes(db)
     with log.open("a") as out:
         out.write(newest)
     append, _ = fabreg(src, ["ingest", "-q", str(log.parent.parent.parent)], db)
+    nightly = (fabreg(src, ["trends", "--incremental", "-q", "--format", "json"], db)[0]
+               if incremental else math.nan)
     log.write_bytes(head)  # the next layout starts from the same files
     isolate, out = fabreg(src, ["isolate"], db)
     trends = fabreg(src, ["trends", "--format", "json"], db)[0] if with_trends else math.nan
@@ -140,8 +146,8 @@ def measure(src: Path, work: Path, log: Path, newest: str, values: int,
                        for line in out.splitlines() if "SUSPECT" in line})
     size = store_bytes(db)
     return {"first": first, "append": append, "isolate": isolate, "trends": trends,
-            "bytes": size, "per_value": size / values, "night_bytes": size - before,
-            "suspects": suspects}
+            "nightly": nightly, "bytes": size, "per_value": size / values,
+            "night_bytes": size - before, "suspects": suspects}
 
 
 def measure_checks(src: Path, work: Path, perflogs: Path, values: int) -> dict[str, float]:
@@ -213,7 +219,7 @@ def main() -> int:
                if name in args.layouts.split(",")}
     print(f"{'nodes':>6} {'nights':>6} {'values':>10}  {'layout':<13} {'B/value':>8} "
           f"{'store MB':>9} {'ingest s':>9} {'+1 night s':>10} {'isolate s':>9} "
-          f"{'trends s':>9} {'MB/night':>8} {'year GB':>8}  suspects")
+          f"{'trends s':>9} {'nightly s':>9} {'MB/night':>8} {'year GB':>8}  suspects")
     try:
         if args.checks_scale:
             checks_year(base, layouts, args.checks_scale)
@@ -228,12 +234,13 @@ def main() -> int:
                 for old in work.glob("fabreg.db*"):
                     old.unlink()
                 rows[name] = r = measure(src, work, log, newest, values,
-                                         n <= args.trends_max_nodes)
+                                         n <= args.trends_max_nodes, name == "current")
                 # what the store holds now, plus one night's growth for each night to a year
                 year = (r["bytes"] + r["night_bytes"] * (365 - k)) / 1e9
                 print(f"{n:>6} {k:>6} {values:>10}  {name:<13} {r['per_value']:>8.1f} "
                       f"{r['bytes'] / 1e6:>9.1f} {r['first']:>9.1f} {r['append']:>10.2f} "
-                      f"{r['isolate']:>9.2f} {r['trends']:>9.1f} {r['night_bytes'] / 1e6:>8.1f} "
+                      f"{r['isolate']:>9.2f} {r['trends']:>9.1f} {r['nightly']:>9.1f} "
+                      f"{r['night_bytes'] / 1e6:>8.1f} "
                       f"{year:>8.2f}  "
                       f"{', '.join(r['suspects']) or '-'}", flush=True)
             if len(rows) == 2:

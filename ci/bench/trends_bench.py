@@ -9,13 +9,17 @@ end. Runs the real CLI (`fabreg ingest`, `fabreg trends --format json`, `fabreg 
 child processes. Per scale (default 1x and 10x): the first ingest of the year but its last
 night, the same ingest again on the unchanged tree, the last night appended and ingested,
 trends on the whole year; wall and CPU time, peak memory, ratios to the first ingest.
-Detection quality at 1x next to Apache Otava's on the same series.
+Detection quality at 1x next to Apache Otava's on the same series. With ``--nightly N``, the
+year's last N nights replayed one at a time into a store of the rest: each night's
+``trends --incremental`` against a full ``trends`` on the same store, the wall times and the
+verdicts of both (recall and false alarms at 1x) side by side.
 
 Otava is a benchmark-only tool: it runs from its own virtualenv, never a dependency
 of fabreg. Give its interpreter with OTAVA_PYTHON, or let this script create a venv
 (`--otava-venv DIR`, default under the temp dir) with `pip install apache-otava`.
 
 Usage: python ci/bench/trends_bench.py [--scales 1,10] [--repeat 2] [--no-otava] [--no-report]
+       [--nightly N]
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fabreg.review import trends
+from fabreg.review import trend_state, trends
 from fabreg.review.synthetic import DAY, EPOCH, Dataset, generate
 
 HERE = Path(__file__).resolve().parent
@@ -276,6 +281,86 @@ def run_scale(scale: int, work: Path, repeat: int, fmt: str, noise: float,
                   "night": new_values}, out, env
 
 
+def _verdicts(trends_json: bytes) -> dict[tuple, str]:
+    return fabreg_found(trends_json)[1]
+
+
+def nightly(data: Dataset, root: Path, nights: int, timer: ChildTimer) -> dict:
+    """Replay the year's last ``nights`` nights one at a time into a store of the rest: each
+    night ingested, then ``trends --incremental`` and a full ``trends`` (wall times), and
+    the last night's verdicts of both."""
+    sessions = len(data.session_times)
+    cut = sessions - nights
+    replay = root / "nightly"
+    if replay.exists():
+        shutil.rmtree(replay)
+    full = {path: path.read_bytes() for path in data.session_offsets}
+
+    def upto(path: Path, session: int) -> bytes:
+        """The file as it stood before ``session``'s lines were written."""
+        offsets = data.session_offsets[path]
+        later = [o for s, o in offsets.items() if s >= session]
+        return full[path][:min(later)] if later else full[path]
+
+    for path in full:
+        target = replay / path.relative_to(data.root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(upto(path, cut))
+    env = dict(os.environ, FABREG_DB=str(root / "nightly.db"))
+    Path(env["FABREG_DB"]).unlink(missing_ok=True)
+    fabreg(["ingest", "-q", str(replay)], env)
+    timer.lap()
+    first = fabreg(["trends", "--incremental", "--format", "json", "-q"], env)[0]
+    first_cpu = timer.lap()[0]
+    rows = []
+    inc_out = full_out = b""
+    for night in range(cut, sessions):
+        for path in full:
+            (replay / path.relative_to(data.root)).write_bytes(upto(path, night + 1))
+        t_ing = fabreg(["ingest", "-q", str(replay)], env)[0]
+        timer.lap()
+        t_inc, _, inc_out = fabreg(["trends", "--incremental", "--format", "json", "-q"], env)
+        c_inc = timer.lap()[0]
+        t_full, _, full_out = fabreg(["trends", "--format", "json", "-q"], env)
+        c_full = timer.lap()[0]
+        rows.append((night, t_ing, t_inc, c_inc, t_full, c_full))
+    inc, ful = _verdicts(inc_out), _verdicts(full_out)
+    differ = sum(inc.get(k, "stable") != ful.get(k, "stable") for k in set(inc) | set(ful))
+    return {"first": (first, first_cpu), "rows": rows, "inc_json": inc_out,
+            "full_json": full_out, "differ": differ}
+
+
+def print_nightly(nights: int, datasets: dict[int, Dataset], work: Path,
+                  timer: ChildTimer) -> None:
+    print()
+    print(f"# nightly: the last {nights} nights replayed one at a time; after each, trends "
+          f"--incremental (windows of {trend_state.WINDOW} runs, state in the store) and a "
+          "full trends on the same store")
+    print(f"{'scale':>5} {'first (full + state)':>20} {'incremental wall':>16} {'cpu':>6} "
+          f"{'full wall':>9} {'cpu':>6} {'ratio':>6} {'ingest':>7} {'verdicts differ':>15}")
+    base = next(iter(datasets.values()))
+    for scale, data in datasets.items():
+        res = nightly(data, work / f"x{scale}", nights, timer)
+        rows = res["rows"]
+        inc = float(np.median([r[2] for r in rows]))
+        inc_cpu = float(np.median([r[3] for r in rows]))
+        full = float(np.median([r[4] for r in rows]))
+        full_cpu = float(np.median([r[5] for r in rows]))
+        ingest = float(np.median([r[1] for r in rows]))
+        series = len(data.series)
+        print(f"{scale:>4}x {res['first'][0]:>19.2f}s {inc:>15.2f}s {inc_cpu:>5.2f}s "
+              f"{full:>8.2f}s {full_cpu:>5.2f}s {inc / full:>6.2f} {ingest:>6.2f}s "
+              f"{res['differ']:>7} of {series:,}", flush=True)
+        if data is base:
+            for label, out in (("full", res["full_json"]), ("incremental", res["inc_json"])):
+                found, last = fabreg_found(out)
+                sc = score(found, base)
+                spiked, opened, suspected = end_spikes(base, last)
+                print(f"      {label:<12} recall {sc['recall']:.1%}, false alarms "
+                      f"{sc['false_alarm']:.2%}, extra {sc['extra']}, end spikes "
+                      f"alarm/suspect {opened}/{suspected}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scales", default="1,10")
@@ -288,6 +373,10 @@ def main() -> int:
     parser.add_argument("--otava-venv", default=os.path.join(tempfile.gettempdir(),
                                                              "fabreg-otava-venv"))
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it")
+    parser.add_argument("--nightly", type=int, default=0, metavar="N",
+                        help="also replay the year's last N nights one at a time: each "
+                             "night's `trends --incremental` against a full `trends`, wall "
+                             "times and verdicts side by side (default: no replay)")
     parser.add_argument("--repeat", type=int, default=2,
                         help="runs per scale; the fastest of each step is shown "
                              "(default %(default)s)")
@@ -302,6 +391,7 @@ def main() -> int:
           f"{args.repeat} runs per step (the machine is shared: cpu is the steadier figure)")
     timer = ChildTimer()
     results = []
+    datasets: dict[int, Dataset] = {}
     base: Dataset | None = None
     base_json = b""
     base_env: dict[str, str] = {}
@@ -309,6 +399,7 @@ def main() -> int:
         data, res, out, env = run_scale(scale, work, args.repeat, args.format, args.noise,
                                         timer)
         results.append((scale, res))
+        datasets[scale] = data
         print(f"# {scale}x generated in {res['gen']:.0f}s: {res['values']:,} values, "
               f"{len(data.series):,} series", flush=True)
         if base is None:
@@ -394,6 +485,8 @@ def main() -> int:
     print(f"# {ours['shifted']} shifted and {ours['unchanged']} unchanged series, "
           f"{spiked} of them with two values 20-50 % worse at the very end; fabreg online "
           f"check took {t_online:.2f}s cpu; work dir {work}")
+    if args.nightly:
+        print_nightly(args.nightly, datasets, work, timer)
     return 0
 
 

@@ -10,7 +10,7 @@ from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
 from fabreg.review import export, isolation_metrics, trends
 from fabreg.review.store import SeriesData, Store
-from fabreg.review.sweeps import latest_sweeps
+from fabreg.review.sweeps import latest_sweeps, newest_values
 from fabreg.run import stress
 
 DEFAULT_PORT = 9105
@@ -44,7 +44,7 @@ def load(db: str | None) -> tuple[list[SeriesData], list[trends.SeriesVerdict], 
     """The series, their verdicts, and the newest sweeps' gauges (exposition text)."""
     with Store(db_path(db), create=False) as store:
         all_series = store.load()
-        sweeps = latest_sweeps(all_series, attributes=store.run_attributes)
+        sweeps = latest_sweeps(newest_values(all_series), attributes=store.run_attributes)
     return all_series, trends.analyse(all_series), isolation_metrics.render(sweeps)
 
 

@@ -10,7 +10,7 @@ from fabreg.errors import FabregError
 from fabreg.review import check_verdicts, compare, trends
 from fabreg.review.progress import Progress
 from fabreg.review.store import Store
-from fabreg.review.sweeps import latest_sweeps
+from fabreg.review.sweeps import latest_sweeps, newest_values
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         all_series = store.load()
         known = store.sessions()
         said = check_verdicts.newest(store)
-        sweeps = latest_sweeps(all_series, attributes=store.run_attributes)
+        sweeps = latest_sweeps(newest_values(all_series), attributes=store.run_attributes)
     verdicts = trends.analyse(all_series, alpha=args.alpha, min_shift_pct=args.min_shift,
                               progress=Progress("trends", len(all_series),
                                                 enabled=not args.quiet))

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
-from fabreg.review import trends
+from fabreg.review import trend_state, trends
 from fabreg.review.perflog import parse_time
 from fabreg.review.progress import Progress
 from fabreg.review.store import Store
@@ -35,6 +35,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="only report changes whose first new run is at or after TIME (ISO 8601)")
     p.add_argument("--match", metavar="TEXT", help="only series whose name contains TEXT")
     p.add_argument("--all", action="store_true", help="text: list stable series too")
+    p.add_argument("--incremental", action="store_true",
+                   help="read each series from the start of its window only (the newest "
+                        f"{trend_state.WINDOW} runs and the old level of each change in them), "
+                        "keeping the changes before it in the store: a nightly run's cost "
+                        "follows the new data, not the history; the first run reads all")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress")
     p.set_defaults(func=run)
 
@@ -48,13 +53,21 @@ def analyse_store(args: argparse.Namespace, quiet: bool = False) -> list[trends.
         raise FabregError(f"--alpha must be between 0 and 1, not {args.alpha}")
     if args.min_shift < 0:
         raise FabregError(f"--min-shift must be >= 0, not {args.min_shift}")
+    match = getattr(args, "match", None)
+    progress = Progress("trends", 0, enabled=not quiet)
     with Store(db_path(args.db), create=False) as store:
+        if getattr(args, "incremental", False):
+            verdicts = trend_state.analyse(
+                store, alpha=args.alpha, min_shift_pct=args.min_shift,
+                keep=lambda s: not match or match in s.key.text(), progress=progress)
+            if match and not verdicts:
+                raise FabregError(f"--match {match!r} matches no series in the store")
+            return verdicts
         all_series = store.load()
-    if getattr(args, "match", None):
-        all_series = [s for s in all_series if args.match in s.key.text()]
+    if match:
+        all_series = [s for s in all_series if match in s.key.text()]
         if not all_series:
-            raise FabregError(f"--match {args.match!r} matches no series in the store")
-    progress = Progress("trends", len(all_series), enabled=not quiet)
+            raise FabregError(f"--match {match!r} matches no series in the store")
     return trends.analyse(all_series, alpha=args.alpha, min_shift_pct=args.min_shift,
                           progress=progress)
 
@@ -80,13 +93,13 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for v in verdicts:
         for c in v.changes:
-            t = float(v.series.time[c.index])
+            t = c.time
             if t >= since:
                 rows.append((v, c, t))
     gating = (trends.REGRESSION, trends.SUSPECT) if args.fail_on == "suspect" else (
         trends.REGRESSION,)
     open_regressions = [v for v in verdicts if v.verdict in gating and v.deciding
-                        and float(v.series.time[v.deciding.index]) >= since]
+                        and v.deciding.time >= since]
     if args.format == "json":
         print(json.dumps([{"series": v.series.key.as_json_object(), "time": iso(t),
                            "shift_pct": round(c.shift_pct, 3), "verdict": c.verdict}
@@ -100,12 +113,12 @@ def run(args: argparse.Namespace) -> int:
         if not changes and not args.all:
             continue
         print(f"{v.verdict.upper():<14} {v.series.key.text()}  "
-              f"[{len(v.series)} runs, noise {v.noise_pct:.1f} %]")
+              f"[{v.runs} runs, noise {v.noise_pct:.1f} %]")
         for c, t in changes:
             print(f"    {iso(t)}  {c.verdict:<11} {c.shift_pct:+7.1f} % "
                   f"[{c.ci_low_pct:+.1f}, {c.ci_high_pct:+.1f}]  "
                   f"{c.before:.4g} -> {c.after:.4g} {v.series.unit}  "
-                  f"(session {v.series.session[c.index]})")
+                  f"(session {c.session})")
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     print(f"{len(verdicts)} series: {summary or 'none'}; "
           f"{sum(v.open_regression for v in verdicts)} open regression(s), "

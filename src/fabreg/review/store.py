@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import sqlite3
 import time
@@ -136,6 +137,18 @@ INSERT OR IGNORE INTO meta VALUES('values', '0');
 """ + f"INSERT OR IGNORE INTO meta VALUES('schema_version', '{SCHEMA_VERSION}');"
 
 
+#: Per-series state of ``fabreg trends --incremental`` (:mod:`fabreg.review.trend_state`),
+#: made by its first run: where each series' window starts, how many runs come before it, and
+#: the changes before it (JSON, '' when none); the settings it was made with are in ``meta``.
+TREND_STATE = """
+CREATE TABLE IF NOT EXISTS trend_state(
+    series_id INTEGER PRIMARY KEY,
+    start REAL NOT NULL,
+    before INTEGER NOT NULL,
+    kept TEXT NOT NULL
+)"""
+
+
 def key_hash(key: str) -> int:
     """The 64-bit hash a run or a series is looked up by (``runs.key_hash``,
     ``series.key_hash``): an index of 8-byte integers instead of one of the whole key text
@@ -215,6 +228,16 @@ class SeriesData:
 
 
 @dataclass(frozen=True)
+class NewestValue:
+    """A series' newest value and its run: all a sweep's judgement needs of each link."""
+
+    key: SeriesKey
+    time: float
+    jobid: str
+    value: float
+
+
+@dataclass(frozen=True)
 class RunValue:
     """One stored value with its run's attributes (``runs.attrs``: ``ref_keys``, ...)."""
 
@@ -248,6 +271,8 @@ class Store:
         self.timeout = timeout
         #: bands.id by (unit, ref, lower, upper, result): bands are never changed or removed
         self._bands: dict[tuple, int] = {}
+        #: the latest start of a ``trends --incremental`` window (None: not read yet)
+        self._latest_window: float | None = None
         if not self.path.exists() and not create:
             raise FabregError(f"no store at {self.path}: run 'fabreg ingest PATH' first "
                               "(or give --db / FABREG_DB)")
@@ -368,6 +393,7 @@ class Store:
                 self.conn.executemany(
                     "INSERT OR IGNORE INTO samples(series_id, time, run_id, value, band_id) "
                     "VALUES(?,?,?,?,?)", rows)
+                self._forget_trend_states(rows)
                 net = self.conn.total_changes - before - removed
                 count.added = max(0, net)
                 if net:
@@ -636,59 +662,133 @@ class Store:
                 out.update(json.loads(attrs or "{}"))
         return out
 
+    def _forget_trend_states(self, rows: list[tuple]) -> None:
+        """A value older than the start of its series' trends window (a backfilled perflog)
+        would never be read by ``trends --incremental``: that series is judged whole again."""
+        if self._latest_window is None:  # once per store opened: a table scan
+            try:
+                (latest,) = self.conn.execute("SELECT MAX(start) FROM trend_state").fetchone()
+            except sqlite3.OperationalError:  # no incremental trends run yet
+                latest = None
+            self._latest_window = -math.inf if latest is None else latest
+        latest = self._latest_window
+        early: dict[int, float] = {}
+        for sid, when, *_ in rows:
+            if when >= latest:  # a night appended: inside every window
+                continue
+            if when < early.get(sid, math.inf):
+                early[sid] = when
+        if early:
+            self.conn.executemany("DELETE FROM trend_state WHERE series_id = ? AND start > ?",
+                                  list(early.items()))
+
+    def trend_states(self, settings: str) -> dict[int, tuple[float, int, str]]:
+        """series id -> (window start, runs before it, kept changes' JSON), if the states
+        were made with ``settings`` (none otherwise)."""
+        try:
+            made = self.conn.execute("SELECT value FROM meta WHERE key = 'trend_settings'"
+                                     ).fetchone()
+            if not made or made[0] != settings:
+                return {}
+            rows = self.conn.execute("SELECT series_id, start, before, kept FROM trend_state"
+                                     ).fetchall()
+        except sqlite3.OperationalError:
+            return {}
+        return {sid: (start, before, kept) for sid, start, before, kept in rows}
+
+    def save_trend_states(self, settings: str,
+                          states: Iterable[tuple[int, float, int, str]]) -> None:
+        """Keep (series id, window start, runs before it, kept changes' JSON) for the next
+        incremental run; states made with other settings are dropped."""
+        try:
+            with self.conn:
+                self.conn.execute(TREND_STATE)
+                made = self.conn.execute("SELECT value FROM meta WHERE key = 'trend_settings'"
+                                         ).fetchone()
+                if not made or made[0] != settings:
+                    self.conn.execute("DELETE FROM trend_state")
+                    self.conn.execute("INSERT OR REPLACE INTO meta VALUES('trend_settings', ?)",
+                                      (settings,))
+                self.conn.executemany("INSERT OR REPLACE INTO trend_state VALUES(?,?,?,?)",
+                                      list(states))
+            self._latest_window = None
+        except sqlite3.Error as err:
+            raise self._error(err) from None
+
     def load(self) -> list[SeriesData]:
         """Every series with its values, sessions resolved (results DB, else derived)."""
-        return self._load(links_only=False)
+        return self._load()
 
-    def newest_link_values(self) -> list[SeriesData]:
+    def load_windows(self, starts: dict[int, float]) -> list[SeriesData]:
+        """Every series with its values from ``starts[series id]`` on (all of a series not
+        in ``starts``): what ``trends --incremental`` reads, one index range per series."""
+        return self._load(starts)
+
+    def newest_link_values(self) -> list[NewestValue]:
         """Every per-link series (a sweep's pairs and host controls: ``node_a``/``node_b``
         parameters) with its newest value only: what ``fabreg isolate`` judges, read in
-        proportion to the links, not to their history."""
-        return self._load(links_only=True)
+        proportion to the links, not to their history (one index seek per series, no
+        arrays: a 10,000-node sweep has 450,000 of them)."""
+        sql = ("SELECT s.id, s.test, s.system, s.partition, s.environ, s.perfvar, s.params, "
+               "v.time, r.jobid, v.value FROM series s JOIN samples v ON v.series_id = s.id "
+               "AND v.time = (SELECT MAX(m.time) FROM samples m WHERE m.series_id = s.id) "
+               "JOIN runs r ON r.id = v.run_id "
+               "WHERE json_extract(s.params, '$.node_a') IS NOT NULL "
+               "AND json_extract(s.params, '$.node_b') IS NOT NULL ORDER BY s.id, v.run_id")
+        newest: dict[int, tuple] = {}
+        for sid, *row in self._query(sql):
+            newest[sid] = row  # of two values at the same time, the later run's (as load)
+        return [NewestValue(_series_key(*row[:6]), row[6], row[7] or "", row[8])
+                for row in newest.values()]
 
-    def _load(self, links_only: bool) -> list[SeriesData]:
+    def _load(self, starts: dict[int, float] | None = None) -> list[SeriesData]:
         import numpy as np  # the readers only (see the imports)
 
-        where = ("WHERE json_extract(params, '$.node_a') IS NOT NULL "
-                 "AND json_extract(params, '$.node_b') IS NOT NULL" if links_only else "")
         keys = {sid: _series_key(*columns) for sid, *columns in self._query(
-            "SELECT id, test, system, partition, environ, perfvar, params FROM series " + where)}
+            "SELECT id, test, system, partition, environ, perfvar, params FROM series")}
         runs = self._query("SELECT r.id, COALESCE(r.session, l.session), r.time, r.jobid "
                            "FROM runs r LEFT JOIN run_sessions l ON l.run_key = r.run_key")
         derived = derive_sessions(np.array([r[2] for r in runs if r[1] is None], dtype=float))
         run_session = {r[0]: r[1] if r[1] is not None else derived[r[2]] for r in runs}
         run_job = {r[0]: r[3] for r in runs}
         bands = _Bands.read(self)
-        sql = ("SELECT series_id, time, run_id, value, band_id FROM samples "
-               "ORDER BY series_id, time, run_id")
-        if links_only:  # the newest sample of each series: one index seek each
-            links = where.replace("params", "s.params")
-            sql = ("SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM series s "
-                   "JOIN samples v ON v.series_id = s.id AND v.time = (SELECT MAX(m.time) "
-                   f"FROM samples m WHERE m.series_id = s.id) {links} "
-                   "ORDER BY v.series_id, v.time, v.run_id")
         out: list[SeriesData] = []
         try:
-            cursor = self.conn.execute(sql)
-            pending: list[tuple] = []
-            # One series at a time: memory stays near the size of the arrays.
-            while True:
-                rows = cursor.fetchmany(20000)
-                for row in rows:
-                    if pending and row[0] != pending[0][0]:
-                        out.append(self._series_data(pending, keys, bands, run_session, run_job))
-                        pending = []
-                    pending.append(row)
-                if not rows:
-                    break
-            if pending:
-                out.append(self._series_data(pending, keys, bands, run_session, run_job))
+            if starts is None:
+                out = self._read_all(keys, bands, run_session, run_job)
+            else:
+                for sid in keys:
+                    rows = self.conn.execute(
+                        "SELECT series_id, time, run_id, value, band_id FROM samples "
+                        "WHERE series_id = ? AND time >= ? ORDER BY time, run_id",
+                        (sid, starts.get(sid, -math.inf))).fetchall()
+                    if rows:
+                        out.append(self._series_data(rows, keys, bands, run_session, run_job))
         except sqlite3.Error as err:
             raise self._error(err) from None
         out.sort(key=lambda s: (s.key.test, s.key.params, s.key.system, s.key.partition,
                                 s.key.environ, s.key.perfvar))
         return out
 
+    def _read_all(self, keys: dict[int, SeriesKey], bands: _Bands,
+                  run_session: dict[int, str], run_job: dict[int, str]) -> list[SeriesData]:
+        """Every value, one series at a time: memory stays near the size of the arrays."""
+        out: list[SeriesData] = []
+        cursor = self.conn.execute("SELECT series_id, time, run_id, value, band_id FROM samples "
+                                   "ORDER BY series_id, time, run_id")
+        pending: list[tuple] = []
+        while True:
+            rows = cursor.fetchmany(20000)
+            for row in rows:
+                if pending and row[0] != pending[0][0]:
+                    out.append(self._series_data(pending, keys, bands, run_session, run_job))
+                    pending = []
+                pending.append(row)
+            if not rows:
+                break
+        if pending:
+            out.append(self._series_data(pending, keys, bands, run_session, run_job))
+        return out
 
 @dataclass
 class _Bands:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from statistics import median
 
 from fabreg import isolation
 from fabreg.isolation import HIGHER_IS_BETTER
-from fabreg.review.store import SeriesData
+from fabreg.review.store import NewestValue, SeriesData
 from fabreg.schema import LINK_PARAMETERS, PAIR_METRIC_UNITS, PAIR_ROUNDS, PAIR_TABLE
 
 #: (system, job id, time) -> the run's attributes (``Store.run_attributes``)
@@ -132,9 +132,13 @@ class Sweep:
         return self._judged
 
 
-def _is_link_series(series: SeriesData) -> bool:
-    params = series.key.param
-    return all(p in params for p in LINK_PARAMETERS) and len(series) > 0
+def newest_values(all_series: Iterable[SeriesData]) -> list[NewestValue]:
+    """The newest value of each per-link series among ``all_series`` (a whole store read by
+    ``Store.load``): what ``latest_sweeps`` takes (``Store.newest_link_values`` reads only
+    those)."""
+    return [NewestValue(s.key, float(s.time[-1]), s.jobid[-1] if s.jobid else "",
+                        float(s.value[-1]))
+            for s in all_series if len(s) and all(p in s.key.param for p in LINK_PARAMETERS)]
 
 
 def _rounds(attrs: dict[str, str]) -> dict[tuple[str, str], int]:
@@ -157,21 +161,22 @@ def _rounds(attrs: dict[str, str]) -> dict[tuple[str, str], int]:
     return {(str(r["node_a"]), str(r["node_b"])): int(r.get("round") or 0) for r in rows}
 
 
-def latest_sweeps(all_series: list[SeriesData], system: str | None = None,
+def latest_sweeps(links: Iterable[NewestValue], system: str | None = None,
                   attributes: Attributes | None = None) -> list[Sweep]:
     """The newest run of every sweep in the store (optionally of one system): one per test,
-    system, partition, environment and transport. ``attributes`` (``Store.run_attributes``)
-    gives each pair its round, from the run's pair table."""
-    groups: dict[tuple, list[SeriesData]] = defaultdict(list)
-    for s in all_series:
-        if not _is_link_series(s) or (system and s.key.system != system):
+    system, partition, environment and transport, from each link's newest value
+    (``Store.newest_link_values``, or ``newest_values`` of a loaded store). ``attributes``
+    (``Store.run_attributes``) gives each pair its round, from the run's pair rounds."""
+    groups: dict[tuple, list[NewestValue]] = defaultdict(list)
+    for s in links:
+        if system and s.key.system != system:
             continue
         rest = tuple((k, v) for k, v in s.key.params if k not in LINK_PARAMETERS)
         groups[(s.key.test, rest, s.key.system, s.key.partition, s.key.environ)].append(s)
     sweeps = []
     for (test, params, sys_name, part, env), members in sorted(groups.items()):
-        newest = max(float(s.time[-1]) for s in members)
-        jobid = next(s.jobid[-1] for s in members if float(s.time[-1]) == newest and s.jobid)
+        newest = max(s.time for s in members)
+        jobid = next((s.jobid for s in members if s.time == newest and s.jobid), "")
         sweep = Sweep(test, params, sys_name, part, env, newest, jobid)
         # which round measured each pair: pairs are judged against their round (isolation)
         attrs = attributes(sys_name, jobid, newest) if attributes else {}
@@ -179,10 +184,10 @@ def latest_sweeps(all_series: list[SeriesData], system: str | None = None,
         said = isolation.read_suspects_named(attrs.get("suspects_named", ""))
         sweep.inconclusive, sweep.flaky = said.untrusted, said.flaky
         for s in members:
-            if float(s.time[-1]) != newest:
+            if s.time != newest:
                 continue  # this link was not measured by the newest run
             a, b = s.key.param["node_a"], s.key.param["node_b"]
-            value = float(s.value[-1])
+            value = s.value
             if s.key.perfvar in LINK_PERFVARS and a != b:
                 sweep.pairs.setdefault(LINK_PERFVARS[s.key.perfvar], []).append(
                     isolation.PairValue(a, b, value, rounds.get((a, b), 0)))

@@ -70,6 +70,9 @@ class Dataset:
     lines: int
     #: per file written: the byte offset where the last session's lines start
     last_session: dict[Path, int] = field(default_factory=dict)
+    #: per file written: session index -> the byte offset where its lines start (a night
+    #: after night replay: ``ci/bench/trends_bench.py --nightly``)
+    session_offsets: dict[Path, dict[int, int]] = field(default_factory=dict)
 
 
 def generate(root: Path, sessions: int = 365, partitions: int = 1, shifted: float = 0.25,
@@ -91,6 +94,7 @@ def generate(root: Path, sessions: int = 365, partitions: int = 1, shifted: floa
     truths: list[SeriesTruth] = []
     nlines = 0
     last_session: dict[Path, int] = {}
+    offsets: dict[Path, dict[int, int]] = {}
     for part in range(partitions):
         partition = f"p{part}"
         pdir = root / system / partition
@@ -126,8 +130,8 @@ def generate(root: Path, sessions: int = 365, partitions: int = 1, shifted: floa
                     truths.append(truth)
             nlines += _write_check(pdir, check, benchmark, perfvars, combos, values,
                                    session_times, system, partition, c * 600.0, fmt,
-                                   last_session)
-    return Dataset(root, session_times, truths, nlines, last_session)
+                                   last_session, offsets)
+    return Dataset(root, session_times, truths, nlines, last_session, offsets)
 
 
 #: The perflog layouts :func:`generate` writes.
@@ -162,7 +166,8 @@ def _header(perfvars: tuple[tuple[str, str], ...], with_tags: bool, fmt: str = "
 def _write_check(pdir: Path, check: str, benchmark: str, perfvars, combos, values,
                  session_times: np.ndarray, system: str, partition: str,
                  offset: float, fmt: str = "fabreg",
-                 last_session: dict[Path, int] | None = None) -> int:
+                 last_session: dict[Path, int] | None = None,
+                 offsets: dict[Path, dict[int, int]] | None = None) -> int:
     sessions = values.shape[2]
     refs = np.nanmedian(values[:, :, :10], axis=2)
     # The older header (no 'tags' column) covers the first third of the year.
@@ -176,6 +181,8 @@ def _write_check(pdir: Path, check: str, benchmark: str, perfvars, combos, value
         for s in range(first, last):
             if s == sessions - 1 and last_session is not None:
                 last_session[pdir / name] = size
+            if offsets is not None:
+                offsets.setdefault(pdir / name, {})[s] = size
             for i, (mpi, transport, nodes) in enumerate(combos):
                 row = values[i, :, s]
                 if np.isnan(row).all():

@@ -69,6 +69,10 @@ class Change:
     #: the most consecutive runs that confirm the new level (:func:`confirming_runs`);
     #: CONFIRM_RUNS of them make a worse change at the end of a series a regression
     confirming: int = 0
+    #: the first run at the new level: its time and session (:func:`detect` fills them in;
+    #: a change kept from before an incremental window has no ``index`` in it: -1)
+    time: float = math.nan
+    session: str = ""
 
 
 @dataclass
@@ -77,6 +81,13 @@ class SeriesVerdict:
     verdict: str
     changes: list[Change] = field(default_factory=list)
     noise_pct: float = 0.0
+    #: runs before ``series`` (which holds only the window ``trends --incremental`` read)
+    before: int = 0
+
+    @property
+    def runs(self) -> int:
+        """How many runs the series has, read or not."""
+        return self.before + len(self.series)
 
     @property
     def deciding(self) -> Change | None:
@@ -280,11 +291,16 @@ def detect_values(values: np.ndarray, lower_better: bool, alpha: float = ALPHA,
             verdict = SUSPECT if b == n and confirming < confirm_runs else REGRESSION
         changes.append(Change(k, pct[0], pct[1], pct[2], p, verdict, before, after,
                               confirming))
+    noise = math.expm1(prep.sigma) * 100 if prep.log else prep.sigma * 100
+    return overall(changes), changes, noise
+
+
+def overall(changes: list[Change]) -> str:
+    """A series' verdict from its changes, oldest first: the last change's."""
     verdict = changes[-1].verdict if changes else STABLE
     if verdict == SUSPECT and len(changes) > 1 and changes[-2].verdict == REGRESSION:
         verdict = REGRESSION  # a suspect worsening does not close the regression before it
-    noise = math.expm1(prep.sigma) * 100 if prep.log else prep.sigma * 100
-    return verdict, changes, noise
+    return verdict
 
 
 def detect(series: SeriesData, alpha: float = ALPHA, min_run: int = MIN_RUN,
@@ -293,6 +309,9 @@ def detect(series: SeriesData, alpha: float = ALPHA, min_run: int = MIN_RUN,
     verdict, changes, noise = detect_values(
         series.value, lower_is_better(series.key.perfvar, series.unit), alpha, min_run,
         min_shift_pct)
+    for c in changes:
+        c.time = float(series.time[c.index])
+        c.session = series.session[c.index] if series.session else ""
     return SeriesVerdict(series, verdict, changes, noise)
 
 

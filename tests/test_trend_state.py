@@ -1,0 +1,100 @@
+"""``fabreg trends --incremental``: each series read from the start of its window, the changes
+before it kept in the store, the same verdicts as a full run (real perflogs, real CLI)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+from conftest import fabreg
+
+from fabreg.review import trend_state, trends
+from fabreg.review.synthetic import EPOCH, generate
+
+SESSIONS = 150
+
+
+def _changes(proc) -> set[tuple[str, str, str]]:
+    return {(json.dumps(r["series"], sort_keys=True), r["time"], r["verdict"])
+            for r in json.loads(proc.stdout)}
+
+
+def _states(db: Path) -> dict[int, tuple[float, list[dict]]]:
+    """series id -> (window start, the changes kept from before it)."""
+    with sqlite3.connect(db) as conn:
+        return {sid: (start, json.loads(kept) if kept else []) for sid, start, kept in
+                conn.execute("SELECT series_id, start, kept FROM trend_state")}
+
+
+def test_a_night_appended_is_judged_from_the_windows_with_the_full_verdicts(tmp_path):
+    # 40 series, every one shifted once (10-30 %) somewhere in 150 nights
+    data = generate(tmp_path / "full", sessions=SESSIONS, transports=("tcp",), nodes=(2,),
+                    shifted=1.0, seed=3)
+    nightly = tmp_path / "nightly"
+    shutil.copytree(data.root, nightly)
+    for path, offset in data.last_session.items():  # all nights but the newest
+        target = nightly / path.relative_to(data.root)
+        target.write_bytes(path.read_bytes()[:offset])
+    db = tmp_path / "store.db"
+    fabreg("ingest", str(nightly), db=db, check=True)
+    first = fabreg("trends", "--incremental", "--format", "json", db=db)
+    assert first.returncode in (0, 1), first.stderr
+    states = _states(db)
+    assert len(states) == 40
+    # the windows: the newest WINDOW nights, back to the old level of a change among them
+    late = EPOCH + (SESSIONS - 1 - trend_state.WINDOW - 1) * 86400
+    assert sum(start >= late for start, _ in states.values()) >= 10
+    assert any(kept for _, kept in states.values())
+    assert all(c["index"] == -1 and c["time"] < start
+               for start, kept in states.values() for c in kept)
+
+    for path in data.last_session:  # the newest night arrives
+        shutil.copyfile(path, nightly / path.relative_to(data.root))
+    fabreg("ingest", str(nightly), db=db, check=True)
+    incremental = fabreg("trends", "--incremental", "--format", "json", db=db)
+    full = fabreg("trends", "--format", "json", db=db)
+    assert incremental.returncode == full.returncode == 1, incremental.stderr
+    assert _changes(incremental) == _changes(full)
+    text = fabreg("trends", "--incremental", "--all", db=db).stdout
+    assert f"[{SESSIONS} runs" in text or f"[{SESSIONS - 1} runs" in text  # gaps: 0.2 %
+    # a regression older than its window stays open: it is one of the kept changes
+    open_kept = [c for _, kept in _states(db).values() for c in kept[-1:]
+                 if c["verdict"] == trends.REGRESSION]
+    assert open_kept and "REGRESSION" in text
+
+
+def test_a_value_older_than_its_window_makes_its_series_read_whole_again(tmp_path):
+    data = generate(tmp_path / "logs", sessions=90, transports=("tcp",), nodes=(2,), seed=5,
+                    shifted=0.0)  # no change: every window starts 60 runs back
+    db = tmp_path / "store.db"
+    fabreg("ingest", str(data.root), db=db, check=True)
+    fabreg("trends", "--incremental", "--format", "json", db=db)
+    before = _states(db)
+    assert len(before) == 40 and min(start for start, _ in before.values()) > EPOCH
+    # a site's older perflog: one more run of one test case, in the first week
+    log = next(data.root.rglob("OsuLatency.log.h0"))
+    header, line = log.read_text().splitlines()[:2]
+    fields = line.split("|")
+    old = tmp_path / "old" / "OsuLatency.log"
+    old.parent.mkdir()
+    jobid = next(i for i, f in enumerate(header.split("|")) if "jobid" in f)
+    fields[jobid] = "999999"
+    old.write_text(header + "\n" + "|".join(fields) + "\n")
+    fabreg("ingest", str(old), db=db, check=True)
+    after = _states(db)
+    assert len(after) == 40 - 4  # the line's four values: four series judged whole next
+    fabreg("trends", "--incremental", "--format", "json", db=db)
+    again = _states(db)
+    assert len(again) == 40
+
+
+def test_the_next_window_keeps_the_old_level_of_a_recent_change():
+    change = trends.Change(100, -20.0, -25.0, -15.0, 1e-9, trends.REGRESSION, 1.0, 0.8)
+    earlier = trends.Change(30, 10.0, 5.0, 15.0, 1e-9, trends.IMPROVEMENT, 0.9, 1.0)
+    assert trend_state.next_start([], 150, 60) == 90
+    assert trend_state.next_start([earlier], 150, 60) == 90  # its change is before the window
+    assert trend_state.next_start([earlier, change], 150, 60) == 30  # change's old level
+    assert trend_state.next_start([change], 150, 60) == 0
+    assert trend_state.next_start([], 40, 60) == 0
