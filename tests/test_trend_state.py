@@ -8,9 +8,11 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 from conftest import fabreg
 
 from fabreg.review import trend_state, trends
+from fabreg.review.store import SeriesData, SeriesKey
 from fabreg.review.synthetic import EPOCH, generate
 
 SESSIONS = 150
@@ -43,12 +45,14 @@ def test_a_night_appended_is_judged_from_the_windows_with_the_full_verdicts(tmp_
     assert first.returncode in (0, 1), first.stderr
     states = _states(db)
     assert len(states) == 40
-    # the windows: the newest WINDOW nights, back to the old level of a change among them
-    late = EPOCH + (SESSIONS - 1 - trend_state.WINDOW - 1) * 86400
+    # the reads: MARGIN runs before a window of the newest WINDOW nights, back to the old
+    # level of a change among them
+    late = EPOCH + (SESSIONS - 1 - trend_state.WINDOW - trend_state.MARGIN - 1) * 86400
     assert sum(start >= late for start, _ in states.values()) >= 10
     assert any(kept for _, kept in states.values())
-    assert all(c["index"] == -1 and c["time"] < start
-               for start, kept in states.values() for c in kept)
+    window = EPOCH + (SESSIONS - 1 - trend_state.WINDOW) * 86400  # gaps: a run or two later
+    assert all(c["index"] == -1 and c["time"] < window + 3 * 86400
+               for _, kept in states.values() for c in kept)
 
     for path in data.last_session:  # the newest night arrives
         shutil.copyfile(path, nightly / path.relative_to(data.root))
@@ -98,3 +102,39 @@ def test_the_next_window_keeps_the_old_level_of_a_recent_change():
     assert trend_state.next_start([earlier, change], 150, 60) == 30  # change's old level
     assert trend_state.next_start([change], 150, 60) == 0
     assert trend_state.next_start([], 40, 60) == 0
+
+
+def _runs(sid: int, key: SeriesKey, unit: str, times: np.ndarray, values: np.ndarray,
+          a: int, b: int) -> SeriesData:
+    """Runs a..b of a series, as the store gives them."""
+    nan = np.full(b - a, np.nan)
+    return SeriesData(sid, key, unit, times[a:b], values[a:b], nan, nan, nan, [""] * (b - a),
+                      [f"s{j}" for j in range(a, b)])
+
+
+def test_night_after_night_the_windows_give_the_full_verdicts(tmp_path):
+    """80 series judged every night from night 30 to 200 from their windows only, each
+    night against a full run on all their runs: the same verdicts (the in-store path of this
+    is the first test; ``trends_bench.py --nightly`` does it at scale)."""
+    data = generate(tmp_path, sessions=200, transports=("tcp", "shm"), nodes=(2,),
+                    shifted=0.5, end_spikes=0.05, seed=11)
+    nights = differ = finals = 0
+    for i, truth in enumerate(data.series):
+        ok = ~np.isnan(truth.values)
+        values, times = truth.values[ok], data.session_times[ok]
+        key = SeriesKey(truth.check, (("mpi", truth.mpi),), "s", "p", "e", truth.perfvar)
+        state = trend_state.State()
+        for night in range(30, len(values) + 1):
+            verdict, state = trend_state.judge(
+                _runs(i, key, truth.unit, times, values, state.before, night), state,
+                trends.ALPHA, trends.MIN_SHIFT_PCT, trend_state.WINDOW)
+            full = trends.detect(_runs(i, key, truth.unit, times, values, 0, night))
+            nights += 1
+            differ += verdict.verdict != full.verdict
+            assert verdict.runs == night
+        finals += verdict.verdict != full.verdict
+    assert nights > 80 * 160
+    # a night or two of a change at the edge of significance (16 of 13,645 with this seed),
+    # none on the last night
+    assert differ <= nights // 500, f"{differ} of {nights} verdicts differ"
+    assert finals == 0

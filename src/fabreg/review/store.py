@@ -138,13 +138,20 @@ INSERT OR IGNORE INTO meta VALUES('values', '0');
 
 
 #: Per-series state of ``fabreg trends --incremental`` (:mod:`fabreg.review.trend_state`),
-#: made by its first run: where each series' window starts, how many runs come before it, and
+#: made by its first run: the first run the next one reads, the runs before it, what came
+#: before the window (``fabreg.review.trends.Window``: the margin read before it, the number
+#: and sum of the runs at its first level, their noise and how many runs it comes from), and
 #: the changes before it (JSON, '' when none); the settings it was made with are in ``meta``.
 TREND_STATE = """
 CREATE TABLE IF NOT EXISTS trend_state(
     series_id INTEGER PRIMARY KEY,
     start REAL NOT NULL,
     before INTEGER NOT NULL,
+    margin INTEGER NOT NULL,
+    level_runs INTEGER NOT NULL,
+    level_sum REAL NOT NULL,
+    sigma REAL NOT NULL,
+    sigma_runs INTEGER NOT NULL,
     kept TEXT NOT NULL
 )"""
 
@@ -682,24 +689,23 @@ class Store:
             self.conn.executemany("DELETE FROM trend_state WHERE series_id = ? AND start > ?",
                                   list(early.items()))
 
-    def trend_states(self, settings: str) -> dict[int, tuple[float, int, str]]:
-        """series id -> (window start, runs before it, kept changes' JSON), if the states
+    def trend_states(self, settings: str) -> dict[int, tuple]:
+        """series id -> the rest of its ``trend_state`` row (start, ..., kept), if the states
         were made with ``settings`` (none otherwise)."""
         try:
             made = self.conn.execute("SELECT value FROM meta WHERE key = 'trend_settings'"
                                      ).fetchone()
             if not made or made[0] != settings:
                 return {}
-            rows = self.conn.execute("SELECT series_id, start, before, kept FROM trend_state"
-                                     ).fetchall()
+            rows = self.conn.execute("SELECT * FROM trend_state").fetchall()
         except sqlite3.OperationalError:
             return {}
-        return {sid: (start, before, kept) for sid, start, before, kept in rows}
+        return {row[0]: row[1:] for row in rows}
 
     def save_trend_states(self, settings: str,
-                          states: Iterable[tuple[int, float, int, str]]) -> None:
-        """Keep (series id, window start, runs before it, kept changes' JSON) for the next
-        incremental run; states made with other settings are dropped."""
+                          states: Iterable[tuple]) -> None:
+        """Keep ``trend_state`` rows (series id, start, ..., kept) for the next incremental
+        run; states made with other settings are dropped."""
         try:
             with self.conn:
                 self.conn.execute(TREND_STATE)
@@ -709,8 +715,8 @@ class Store:
                     self.conn.execute("DELETE FROM trend_state")
                     self.conn.execute("INSERT OR REPLACE INTO meta VALUES('trend_settings', ?)",
                                       (settings,))
-                self.conn.executemany("INSERT OR REPLACE INTO trend_state VALUES(?,?,?,?)",
-                                      list(states))
+                self.conn.executemany("INSERT OR REPLACE INTO trend_state "
+                                      "VALUES(?,?,?,?,?,?,?,?,?)", list(states))
             self._latest_window = None
         except sqlite3.Error as err:
             raise self._error(err) from None

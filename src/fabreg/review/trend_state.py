@@ -1,18 +1,21 @@
 """Trends in proportion to the new data: each series judged from the start of its window.
 
 ``fabreg trends --incremental`` keeps per series, in the store, where its window starts and
-the changes before it. A night's run reads each series from that start only (one index range),
-finds the change points of the window with the same method as a full run
-(:func:`fabreg.review.trends.detect`), and puts the kept changes in front of them: the verdict
-comes from all of them (:func:`fabreg.review.trends.overall`), so a regression that started
-before the window stays open until a change closes it.
+what came before it: the changes, and a summary of the runs at the window's first level (their
+number and sum, as the search needs them) and of their noise. A night's run reads each series
+from a few runs before its window (context for outlier clipping) to its newest run (one index
+range), searches the window with the same method as a full run
+(:func:`fabreg.review.trends.detect`, its first segment reaching back over the summarised runs)
+and puts the kept changes in front of what it finds: the verdict comes from all of them
+(:func:`fabreg.review.trends.overall`), so a regression that started before the window stays
+open until a change closes it.
 
 The window is the newest ``WINDOW`` runs, reaching back to the start of the old level of every
-change among them: a change is always judged against its whole old level, and a change at the
-end of a series (a suspect) is judged again each night until it is confirmed or gone. Only
-changes older than the window are kept as they were last judged. A series without a state (the
-first run, other settings, a value ingested older than its window) is read whole: that run is a
-full one. ``ci/bench/trends_bench.py --incremental`` prints how often the two agree.
+change among them: a change at the end of a series (a suspect) is judged again each night
+until it is confirmed or gone; only changes older than the window are kept as last judged. A
+series without a state (the first run, other settings, a value ingested older than its window)
+is read whole: that run is a full one. ``ci/bench/trends_bench.py --nightly N`` prints how often
+the two agree.
 """
 
 from __future__ import annotations
@@ -26,45 +29,90 @@ from fabreg.review.store import SeriesData, Store
 
 #: Runs every series' window holds at least (two months of nightlies).
 WINDOW = 60
+#: Runs read before a window for context only: outlier clipping (a rolling median of
+#: ``2 MIN_RUN + 1`` runs) sees them as a full run does, so a spike at the start of a window is
+#: tamed as it would be anywhere else, and no change is placed among them.
+MARGIN = 2 * trends.MIN_RUN + 1
 
 
 def settings(alpha: float, min_shift_pct: float, window: int = WINDOW) -> str:
     """What a state depends on: a state made with other settings is not reused."""
     return json.dumps({"alpha": alpha, "min_shift_pct": min_shift_pct, "window": window,
-                       "min_run": trends.MIN_RUN, "confirm_runs": trends.CONFIRM_RUNS},
-                      sort_keys=True)
+                       "margin": MARGIN, "min_run": trends.MIN_RUN,
+                       "confirm_runs": trends.CONFIRM_RUNS}, sort_keys=True)
 
 
-def next_start(changes: list[trends.Change], n: int, window: int) -> int:
-    """The index (in a window of ``n`` runs) where the next window starts: ``window`` runs
-    back, or the start of the old level of the first change within them."""
-    start = max(0, n - window)
-    bounds = [0] + [c.index for c in changes]
+@dataclasses.dataclass
+class State:
+    """Where a series' next read starts and what came before its window."""
+
+    start: float = 0.0  # the time of the first run read
+    before: int = 0  # runs before the first run read
+    #: the runs read before the window, its first level before it, their noise
+    #: (:class:`fabreg.review.trends.Window`)
+    context: trends.Window = trends.FULL
+    kept: list[trends.Change] = dataclasses.field(default_factory=list)
+
+    def row(self) -> tuple:
+        """The ``trend_state`` columns after the series id."""
+        c = self.context
+        return (self.start, self.before, c.margin, c.level_runs, c.level_sum, c.sigma,
+                c.sigma_runs, json.dumps([dataclasses.asdict(k) for k in self.kept])
+                if self.kept else "")
+
+    @classmethod
+    def from_row(cls, row: tuple) -> State:
+        start, before, *context, kept = row
+        return cls(start, before, trends.Window(*context),
+                   [trends.Change(**k) for k in json.loads(kept)] if kept else [])
+
+
+def next_start(changes: list[trends.Change], n: int, window: int, first: int = 0) -> int:
+    """The index (of ``n`` runs read, the window from ``first``) where the next window
+    starts: ``window`` runs back, or the start of the old level of the first change within
+    them."""
+    start = max(first, n - window)
+    bounds = [first] + [c.index for c in changes]
     for j, c in enumerate(changes):
         if c.index >= start:
             return min(start, bounds[j])
     return start
 
 
-def _kept(text: str) -> list[trends.Change]:
-    return [trends.Change(**c) for c in json.loads(text)] if text else []
-
-
-def judge(series: SeriesData, before: int, kept: list[trends.Change], alpha: float,
-          min_shift_pct: float, window: int
-          ) -> tuple[trends.SeriesVerdict, tuple[float, int, list[trends.Change]]]:
-    """One series' window judged: its verdict (kept changes first), and the state the next
-    run starts from (window start, runs before it, changes before it)."""
-    verdict = trends.detect(series, alpha=alpha, min_shift_pct=min_shift_pct)
+def judge(series: SeriesData, state: State, alpha: float, min_shift_pct: float,
+          window: int) -> tuple[trends.SeriesVerdict, State]:
+    """One series read from ``state.start`` judged: its verdict (kept changes first), and the
+    state the next run starts from."""
+    ctx = state.context
+    verdict = trends.detect(series, alpha=alpha, min_shift_pct=min_shift_pct, window=ctx)
     found = verdict.changes
-    start = next_start(found, len(series), window)
-    now_kept = kept + [dataclasses.replace(c, index=-1) for c in found if c.index < start]
-    changes = kept + found
+    changes = state.kept + found
     result = trends.SeriesVerdict(series, trends.overall(changes), changes,
-                                  verdict.noise_pct, before)
-    if verdict.verdict == trends.TOO_FEW and not kept:
-        result.verdict = trends.TOO_FEW
-    return result, (float(series.time[start]), before + start, now_kept)
+                                  verdict.noise_pct, state.before)
+    if verdict.verdict == trends.TOO_FEW:
+        result.verdict = trends.overall(state.kept) if state.kept else trends.TOO_FEW
+        return result, state  # too few runs to move the window: read them all again
+    start = next_start(found, len(series), window, ctx.margin)
+    # a change at the window's first run leaves too: its old level is no longer read
+    leaving = [c for c in found if c.index <= start]
+    clipped = verdict.clipped
+    assert clipped is not None
+    if leaving:  # the window's first level starts at the last change that leaves it
+        level_runs = start - leaving[-1].index
+        level_sum = float(clipped[leaving[-1].index:start].sum())
+    else:
+        level_runs = ctx.level_runs + start - ctx.margin
+        level_sum = ctx.level_sum + float(clipped[ctx.margin:start].sum())
+    # the runs that leave the window take the window's own noise with them
+    moved = start - ctx.margin
+    own = trends.noise_sigma(trends.transform(series.value)[0])
+    sigma_runs = ctx.sigma_runs + moved
+    sigma = (ctx.sigma * ctx.sigma_runs + own * moved) / sigma_runs if sigma_runs else 0.0
+    read = max(0, start - MARGIN)
+    kept = state.kept + [dataclasses.replace(c, index=-1) for c in leaving]
+    return result, State(float(series.time[read]), state.before + read,
+                         trends.Window(start - read, level_runs, level_sum, sigma, sigma_runs),
+                         kept)
 
 
 def analyse(store: Store, alpha: float = trends.ALPHA,
@@ -75,16 +123,14 @@ def analyse(store: Store, alpha: float = trends.ALPHA,
     next run."""
     made_with = settings(alpha, min_shift_pct, window)
     states = store.trend_states(made_with)
-    windows = [s for s in store.load_windows({sid: st[0] for sid, st in states.items()})
+    windows = [s for s in store.load_windows({sid: row[0] for sid, row in states.items()})
                if keep(s)]
     out, saved = [], []
     for i, series in enumerate(windows):
-        _, before, kept = states.get(series.id, (0.0, 0, ""))
-        verdict, (start, now_before, now_kept) = judge(series, before, _kept(kept), alpha,
-                                                       min_shift_pct, window)
+        state = State.from_row(states[series.id]) if series.id in states else State()
+        verdict, after = judge(series, state, alpha, min_shift_pct, window)
         out.append(verdict)
-        saved.append((series.id, start, now_before,
-                      json.dumps([dataclasses.asdict(c) for c in now_kept]) if now_kept else ""))
+        saved.append((series.id, *after.row()))
         if progress is not None:
             progress(i + 1, len(windows))
     store.save_trend_states(made_with, saved)

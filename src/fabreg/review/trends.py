@@ -83,6 +83,9 @@ class SeriesVerdict:
     noise_pct: float = 0.0
     #: runs before ``series`` (which holds only the window ``trends --incremental`` read)
     before: int = 0
+    #: the transformed, outlier-clipped values the search saw: what ``trends --incremental``
+    #: keeps (a sum) of the runs that leave its window
+    clipped: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def runs(self) -> int:
@@ -113,6 +116,28 @@ class _Prepared:
     sigma: float
     log: bool
     scale: float  # for linear mode: |median| the shift is relative to
+
+
+@dataclass(frozen=True)
+class Window:
+    """What ``trends --incremental`` knows of the runs before the window it reads
+    (:mod:`fabreg.review.trend_state`): the search sees the window as a full run would see
+    that part of the series."""
+
+    #: runs read before the window for context only: outlier clipping sees them, no change
+    #: is placed among them
+    margin: int = 0
+    #: the runs before the window at its first level (since the last change before it):
+    #: their number and the sum of their clipped values (the first segment's left side
+    #: reaches back over them, and they count among its candidate splits)
+    level_runs: int = 0
+    level_sum: float = 0.0
+    #: the noise of the runs before the window, and how many runs it comes from
+    sigma: float = 0.0
+    sigma_runs: int = 0
+
+
+FULL = Window()
 
 
 def _rolling_median(y: np.ndarray, half: int) -> np.ndarray:
@@ -151,44 +176,54 @@ def noise_sigma(y: np.ndarray) -> float:
     return max(sigma, NOISE_FLOOR)
 
 
-def _prepare(values: np.ndarray, min_run: int) -> _Prepared:
+def _prepare(values: np.ndarray, min_run: int, window: Window = FULL) -> _Prepared:
     y, positive, scale = transform(values)
     sigma = noise_sigma(y)
+    if window.sigma_runs:  # the runs before a window: their noise weighs by their number
+        n = len(y) - 1
+        sigma = max((window.sigma * window.sigma_runs + sigma * n) / (window.sigma_runs + n),
+                    NOISE_FLOOR)
     med = _rolling_median(y, min_run)
     y = med + np.clip(y - med, -CLIP_SIGMAS * sigma, CLIP_SIGMAS * sigma)
     return _Prepared(y, sigma, positive, scale)
 
 
-def _best_split(csum: np.ndarray, a: int, b: int, sigma: float,
-                min_run: int) -> tuple[int, float, float]:
-    """Best split k in [a+min_run, b-min_run] of y[a:b]: (k, |t|, Bonferroni p)."""
+def _best_split(csum: np.ndarray, a: int, b: int, sigma: float, min_run: int,
+                level: tuple[int, float] = (0, 0.0)) -> tuple[int, float, float]:
+    """Best split k in [a+min_run, b-min_run] of y[a:b]: (k, |t|, Bonferroni p). ``level``:
+    (runs, sum) of the values before ``a`` at its level (a window's first segment), on the
+    left of every split and counted among the candidates."""
     ks = np.arange(a + min_run, b - min_run + 1)
     if len(ks) == 0:
         return -1, 0.0, 1.0
-    nl = ks - a
+    runs, total = level
+    nl = ks - a + runs
     nr = b - ks
-    left = (csum[ks] - csum[a]) / nl
+    left = (csum[ks] - csum[a] + total) / nl
     right = (csum[b] - csum[ks]) / nr
     t = np.abs(right - left) / (sigma * np.sqrt(1.0 / nl + 1.0 / nr))
     i = int(np.argmax(t))
     tmax = float(t[i])
-    p = min(1.0, len(ks) * math.erfc(tmax / math.sqrt(2)))
+    p = min(1.0, (len(ks) + runs) * math.erfc(tmax / math.sqrt(2)))
     return int(ks[i]), tmax, p
 
 
-def change_points(values: np.ndarray, alpha: float = ALPHA,
-                  min_run: int = MIN_RUN) -> tuple[list[int], _Prepared]:
-    """Indices where a new level starts (sorted), and the prepared series."""
-    prep = _prepare(np.asarray(values, dtype=float), min_run)
+def change_points(values: np.ndarray, alpha: float = ALPHA, min_run: int = MIN_RUN,
+                  window: Window = FULL) -> tuple[list[int], _Prepared]:
+    """Indices where a new level starts (sorted), and the prepared series (``window``: what
+    came before the values, when they are a window of the series)."""
+    prep = _prepare(np.asarray(values, dtype=float), min_run, window)
     n = len(prep.y)
     csum = np.concatenate(([0.0], np.cumsum(prep.y)))
+    first = window.margin
+    level = (window.level_runs, window.level_sum)
     found: list[int] = []
-    todo = [(0, n)]
+    todo = [(first, n)]
     while todo:
         a, b = todo.pop()
         if b - a < 2 * min_run:
             continue
-        k, _, p = _best_split(csum, a, b, prep.sigma, min_run)
+        k, _, p = _best_split(csum, a, b, prep.sigma, min_run, level if a == first else (0, 0.0))
         if k >= 0 and p < alpha:
             found.append(k)
             todo += [(a, k), (k, b)]
@@ -196,11 +231,12 @@ def change_points(values: np.ndarray, alpha: float = ALPHA,
     # Merge: drop the weakest change point that no longer passes against its
     # neighbouring segments, re-placing the rest, until all pass.
     while cps:
-        bounds = [0] + cps + [n]
+        bounds = [first] + cps + [n]
         worst, worst_p = -1, -1.0
         for j in range(len(cps)):
             a, b = bounds[j], bounds[j + 2]
-            k, _, p = _best_split(csum, a, b, prep.sigma, min_run)
+            k, _, p = _best_split(csum, a, b, prep.sigma, min_run,
+                                  level if j == 0 else (0, 0.0))
             if k >= 0:
                 cps[j] = k
             if k < 0 or p > worst_p:
@@ -250,12 +286,27 @@ def detect_values(values: np.ndarray, lower_better: bool, alpha: float = ALPHA,
                   min_run: int = MIN_RUN, min_shift_pct: float = MIN_SHIFT_PCT,
                   confirm_runs: int = CONFIRM_RUNS) -> tuple[str, list[Change], float]:
     """(verdict, changes, noise %) for a plain array of values, oldest first."""
-    values = np.asarray(values, dtype=float)
-    if len(values) < 2 * min_run:
-        return TOO_FEW, [], 0.0
-    cps, prep = change_points(values, alpha, min_run)
+    verdict, changes, prep = _detect(np.asarray(values, dtype=float), lower_better, alpha,
+                                     min_run, min_shift_pct, confirm_runs, FULL)
+    return verdict, changes, _noise_pct(prep)
+
+
+def _noise_pct(prep: _Prepared | None) -> float:
+    if prep is None:
+        return 0.0
+    return math.expm1(prep.sigma) * 100 if prep.log else prep.sigma * 100
+
+
+def _detect(values: np.ndarray, lower_better: bool, alpha: float, min_run: int,
+            min_shift_pct: float, confirm_runs: int, window: Window
+            ) -> tuple[str, list[Change], _Prepared | None]:
+    """(verdict, changes, prepared values); the changes' indices count a window's margin."""
+    first = window.margin
+    if len(values) - first < 2 * min_run:
+        return TOO_FEW, [], None
+    cps, prep = change_points(values, alpha, min_run, window)
     n = len(values)
-    bounds = [0] + cps + [n]
+    bounds = [first] + cps + [n]
     changes = []
     # Clipping tames outliers for the search, but at the end of a series it also pulls a
     # new level towards the old one: place and size each change on the unclipped values,
@@ -263,11 +314,13 @@ def detect_values(values: np.ndarray, lower_better: bool, alpha: float = ALPHA,
     raw = np.log(values) if prep.log else values / prep.scale
     for j, k in enumerate(cps):
         a, b = bounds[j], bounds[j + 2]
+        earlier = window.level_runs if a == first else 0  # a window's first level before it
         k = first_at_new_level(raw, a, k, b)
         left, right = raw[a:k], raw[k:b]
         d = float(np.median(right) - np.median(left))
-        se = prep.sigma * math.sqrt(1 / len(left) + 1 / len(right))
-        p = min(1.0, (b - a - 2 * min_run + 1) * math.erfc(abs(d) / se / math.sqrt(2)))
+        se = prep.sigma * math.sqrt(1 / (len(left) + earlier) + 1 / len(right))
+        tests = b - a - 2 * min_run + 1 + earlier
+        p = min(1.0, tests * math.erfc(abs(d) / se / math.sqrt(2)))
         if prep.log:
             pct = [math.expm1(x) * 100 for x in (d, d - 1.96 * se, d + 1.96 * se)]
             before, after = (math.exp(float(np.median(left))),
@@ -280,7 +333,6 @@ def detect_values(values: np.ndarray, lower_better: bool, alpha: float = ALPHA,
         if abs(pct[0]) < min_shift_pct:
             continue
         worse = (d > 0) if lower_better else (d < 0)
-        tests = b - a - 2 * min_run + 1
         confirming = confirming_runs(raw, a, k, b, prep.sigma, tests, alpha)
         verdict = IMPROVEMENT
         if worse:
@@ -291,8 +343,7 @@ def detect_values(values: np.ndarray, lower_better: bool, alpha: float = ALPHA,
             verdict = SUSPECT if b == n and confirming < confirm_runs else REGRESSION
         changes.append(Change(k, pct[0], pct[1], pct[2], p, verdict, before, after,
                               confirming))
-    noise = math.expm1(prep.sigma) * 100 if prep.log else prep.sigma * 100
-    return overall(changes), changes, noise
+    return overall(changes), changes, prep
 
 
 def overall(changes: list[Change]) -> str:
@@ -304,15 +355,19 @@ def overall(changes: list[Change]) -> str:
 
 
 def detect(series: SeriesData, alpha: float = ALPHA, min_run: int = MIN_RUN,
-           min_shift_pct: float = MIN_SHIFT_PCT) -> SeriesVerdict:
-    """Change points and verdict for one series of the store."""
-    verdict, changes, noise = detect_values(
-        series.value, lower_is_better(series.key.perfvar, series.unit), alpha, min_run,
-        min_shift_pct)
+           min_shift_pct: float = MIN_SHIFT_PCT, window: Window = FULL) -> SeriesVerdict:
+    """Change points and verdict for one series of the store (``window``: what came before
+    ``series`` when it holds only a window of the series' runs)."""
+    verdict, changes, prep = _detect(
+        np.asarray(series.value, dtype=float), lower_is_better(series.key.perfvar, series.unit),
+        alpha, min_run, min_shift_pct, CONFIRM_RUNS, window)
     for c in changes:
         c.time = float(series.time[c.index])
         c.session = series.session[c.index] if series.session else ""
-    return SeriesVerdict(series, verdict, changes, noise)
+    out = SeriesVerdict(series, verdict, changes, _noise_pct(prep))
+    if prep is not None:
+        out.clipped = prep.y
+    return out
 
 
 def analyse(all_series: list[SeriesData], alpha: float = ALPHA, min_run: int = MIN_RUN,
