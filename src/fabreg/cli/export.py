@@ -9,6 +9,8 @@ from pathlib import Path
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
 from fabreg.review import export, isolation_metrics, trends
+from fabreg.review.perflog import parse_time
+from fabreg.review.progress import Progress
 from fabreg.review.store import SeriesData, Store
 from fabreg.review.sweeps import latest_sweeps, newest_values
 from fabreg.run import stress
@@ -25,6 +27,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="the textfile; its directory must exist")
     add_db_argument(prom)
     prom.set_defaults(func=run_export)
+    parquet = formats.add_parser(
+        "parquet", help="Parquet files per system and month, for DuckDB, Spark or Trino",
+        description="Write DIR/system=S/month=YYYY-MM/values.parquet: one row per value with "
+                    "the columns of the store's long view (docs/trends.md). Needs pyarrow.")
+    parquet.add_argument("--out", required=True, metavar="DIR",
+                         help="directory to write (created if its parent exists)")
+    parquet.add_argument("--since", metavar="TIME",
+                         help="only the months from TIME on (ISO 8601; default: all): a "
+                              "nightly export rewrites the current month")
+    parquet.add_argument("-q", "--quiet", action="store_true", help="no progress")
+    add_db_argument(parquet)
+    parquet.set_defaults(func=run_parquet)
     p.set_defaults(func=lambda args: p.print_help() or 2)
 
     s = subparsers.add_parser("serve-metrics",
@@ -61,6 +75,28 @@ def run_export(args: argparse.Namespace) -> int:
     out = Path(args.out)
     count = write_prometheus(args.db, out)
     print(f"wrote {out} ({count} series)")
+    return 0
+
+
+def run_parquet(args: argparse.Namespace) -> int:
+    from fabreg.review import parquet_export
+
+    since = None
+    if args.since:
+        try:
+            since = parse_time(args.since)
+        except ValueError as err:
+            raise FabregError(f"--since: {err}") from None
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise FabregError(f"--out {out}: a file is in the way (the export is a directory)")
+    if not out.parent.is_dir():
+        raise FabregError(f"--out {out}: no directory {out.parent} (create it first)")
+    with Store(db_path(args.db), create=False) as store:
+        written = parquet_export.export(store, out, since,
+                                        progress=Progress("parquet", 0, enabled=not args.quiet))
+    rows = sum(n for _, n in written)
+    print(f"wrote {len(written)} file(s) under {out}: {rows} value(s)")
     return 0
 
 

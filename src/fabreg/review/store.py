@@ -280,6 +280,8 @@ class Store:
         self._bands: dict[tuple, int] = {}
         #: the latest start of a ``trends --incremental`` window (None: not read yet)
         self._latest_window: float | None = None
+        #: run time -> derived session (``values_between``; None: not read yet)
+        self._derived: dict[float, str] | None = None
         if not self.path.exists() and not create:
             raise FabregError(f"no store at {self.path}: run 'fabreg ingest PATH' first "
                               "(or give --db / FABREG_DB)")
@@ -720,6 +722,40 @@ class Store:
             self._latest_window = None
         except sqlite3.Error as err:
             raise self._error(err) from None
+
+    def value_months(self, since: float | None = None) -> list[tuple[str, str]]:
+        """(system, ``YYYY-MM``) of every month holding a run at or after ``since``, from
+        the runs (one row a run, not one a value)."""
+        months = set()
+        for key, when in self._query("SELECT run_key, time FROM runs WHERE time >= ?",
+                                     (-math.inf if since is None else since,)):
+            system = key.rsplit("|", 5)[1]  # name|system|partition|environ|jobid|time
+            months.add((system, datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m")))
+        return sorted(months)
+
+    def values_between(self, system: str, start: float, end: float) -> list[tuple]:
+        """Every value of ``system`` in [start, end), as the ``long`` view's columns (a
+        session the results DB does not name is derived, as ``load`` does), one index range
+        per series."""
+        if self._derived is None:
+            import numpy as np  # the readers only (see the imports)
+
+            times = [r[0] for r in self._query(
+                "SELECT r.time FROM runs r LEFT JOIN run_sessions l ON l.run_key = r.run_key "
+                "WHERE r.session IS NULL AND l.session IS NULL")]
+            self._derived = derive_sessions(np.array(times, dtype=float))
+        rows = self._query(
+            "SELECT s.test, s.params, s.system, s.partition, s.environ, s.perfvar, v.time, "
+            "v.value, b.unit, b.ref, b.lower_thres, b.upper_thres, b.result, r.jobid, "
+            "r.nodelist, COALESCE(r.session, l.session), f.path "
+            "FROM series s JOIN samples v ON v.series_id = s.id AND v.time >= ? AND v.time < ? "
+            "JOIN runs r ON r.id = v.run_id JOIN bands b ON b.id = v.band_id "
+            "LEFT JOIN sources f ON f.id = r.source_id "
+            "LEFT JOIN run_sessions l ON l.run_key = r.run_key "
+            "WHERE s.system = ? ORDER BY v.time, s.id", (start, end, system))
+        derived = self._derived
+        return [row if row[15] is not None else (*row[:15], derived[row[6]], row[16])
+                for row in rows]
 
     def load(self) -> list[SeriesData]:
         """Every series with its values, sessions resolved (results DB, else derived)."""
