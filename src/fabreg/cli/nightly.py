@@ -178,8 +178,8 @@ def run(args: argparse.Namespace) -> int:
     if ingested == USAGE:
         problems.append(NO_DATA)  # the store could not be written or read: nothing judged
 
-    _step(3, f"fabreg trends --fail-on {args.fail_on}")
-    gate = _fabreg("trends", "-q", "--db", db, "--fail-on", args.fail_on)
+    _step(3, f"fabreg trends --incremental --fail-on {args.fail_on}")
+    gate = _fabreg("trends", "--incremental", "-q", "--db", db, "--fail-on", args.fail_on)
     if gate == EXIT_NO_DATA:
         problems.append(NO_DATA)
     elif gate == REGRESSION:
