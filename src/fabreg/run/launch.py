@@ -132,8 +132,11 @@ def run_once(command: list[str], options: list[str], output: Path, complete: Com
         time.sleep(0.1)
     proc.wait()
     watch.thread.join(timeout=5)
-    complete = None if watch.complete_at is None else round(watch.complete_at - start, 3)
-    done = Launch(output.name, list(options), proc.returncode, time.monotonic() - start, hung,
+    seconds = time.monotonic() - start
+    # to the millisecond, never past the whole launch (a launch of 0.9 ms is not done at 1 ms)
+    complete = (None if watch.complete_at is None
+                else min(round(watch.complete_at - start, 3), seconds))
+    done = Launch(output.name, list(options), proc.returncode, seconds, hung,
                   round(started, 3), complete)
     note_hang(done, hang_note)
     return done

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from fabreg.run.parsers.lines import first_line
+from fabreg.run.failure_line import first_line
 
 _TITLE = re.compile(r"^# OSU MPI(?:-\w+)? (?P<title>.+?) Test v(?P<version>\S+)\s*$")
 _DATATYPE = re.compile(r"^# Datatype: (?P<dtype>\S+?)\.?\s*$")

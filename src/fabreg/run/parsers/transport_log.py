@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from fabreg.run.parsers.lines import first_line
+from fabreg.run.failure_line import first_line
 
 # "ep_cfg[1]: tag(...)" (UCX <= 1.13) or "<name> self|intra-node|inter-node cfg#2 tag(...)"
 _UCX_EP_CONFIG = re.compile(
