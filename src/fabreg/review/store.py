@@ -796,16 +796,15 @@ class Store:
         bands = _Bands.read(self)
         out: list[SeriesData] = []
         try:
-            if starts is None:
+            if not starts:
                 out = self._read_all(keys, bands, run_session, run_job)
-            else:
-                for sid in keys:
-                    rows = self.conn.execute(
-                        "SELECT series_id, time, run_id, value, band_id FROM samples "
-                        "WHERE series_id = ? AND time >= ? ORDER BY time, run_id",
-                        (sid, starts.get(sid, -math.inf))).fetchall()
-                    if rows:
-                        out.append(self._series_data(rows, keys, bands, run_session, run_job))
+            else:  # one statement: each series from its start, one index range each
+                self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS window_start("
+                                  "series_id INTEGER PRIMARY KEY, start REAL NOT NULL)")
+                self.conn.execute("DELETE FROM window_start")
+                self.conn.executemany("INSERT INTO window_start VALUES(?,?)", starts.items())
+                out = self._read_all(keys, bands, run_session, run_job, windows=True)
+                self.conn.execute("DELETE FROM window_start")
         except sqlite3.Error as err:
             raise self._error(err) from None
         out.sort(key=lambda s: (s.key.test, s.key.params, s.key.system, s.key.partition,
@@ -813,11 +812,19 @@ class Store:
         return out
 
     def _read_all(self, keys: dict[int, SeriesKey], bands: _Bands,
-                  run_session: dict[int, str], run_job: dict[int, str]) -> list[SeriesData]:
-        """Every value, one series at a time: memory stays near the size of the arrays."""
+                  run_session: dict[int, str], run_job: dict[int, str],
+                  windows: bool = False) -> list[SeriesData]:
+        """Every value (``windows``: from each series' ``window_start`` on), one series at a
+        time: memory stays near the size of the arrays."""
         out: list[SeriesData] = []
-        cursor = self.conn.execute("SELECT series_id, time, run_id, value, band_id FROM samples "
-                                   "ORDER BY series_id, time, run_id")
+        sql = ("SELECT series_id, time, run_id, value, band_id FROM samples "
+               "ORDER BY series_id, time, run_id")
+        if windows:
+            sql = ("SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM series s "
+                   "LEFT JOIN window_start w ON w.series_id = s.id "
+                   "JOIN samples v ON v.series_id = s.id AND v.time >= COALESCE(w.start, -1e308) "
+                   "ORDER BY s.id, v.time, v.run_id")
+        cursor = self.conn.execute(sql)
         pending: list[tuple] = []
         while True:
             rows = cursor.fetchmany(20000)

@@ -95,8 +95,9 @@ def judge(series: SeriesData, state: State, alpha: float, min_shift_pct: float,
     start = next_start(found, len(series), window, ctx.margin)
     # a change at the window's first run leaves too: its old level is no longer read
     leaving = [c for c in found if c.index <= start]
-    clipped = verdict.clipped
-    assert clipped is not None
+    prepared = verdict.prepared
+    assert prepared is not None  # not too few runs
+    clipped = prepared.y
     if leaving:  # the window's first level starts at the last change that leaves it
         level_runs = start - leaving[-1].index
         level_sum = float(clipped[leaving[-1].index:start].sum())
@@ -105,7 +106,7 @@ def judge(series: SeriesData, state: State, alpha: float, min_shift_pct: float,
         level_sum = ctx.level_sum + float(clipped[ctx.margin:start].sum())
     # the runs that leave the window take the window's own noise with them
     moved = start - ctx.margin
-    own = trends.noise_sigma(trends.transform(series.value)[0])
+    own = prepared.own_sigma
     sigma_runs = ctx.sigma_runs + moved
     sigma = (ctx.sigma * ctx.sigma_runs + own * moved) / sigma_runs if sigma_runs else 0.0
     read = max(0, start - MARGIN)
@@ -129,6 +130,7 @@ def analyse(store: Store, alpha: float = trends.ALPHA,
     for i, series in enumerate(windows):
         state = State.from_row(states[series.id]) if series.id in states else State()
         verdict, after = judge(series, state, alpha, min_shift_pct, window)
+        verdict.prepared = None
         out.append(verdict)
         saved.append((series.id, *after.row()))
         if progress is not None:

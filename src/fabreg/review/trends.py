@@ -83,9 +83,9 @@ class SeriesVerdict:
     noise_pct: float = 0.0
     #: runs before ``series`` (which holds only the window ``trends --incremental`` read)
     before: int = 0
-    #: the transformed, outlier-clipped values the search saw: what ``trends --incremental``
-    #: keeps (a sum) of the runs that leave its window
-    clipped: np.ndarray | None = field(default=None, repr=False)
+    #: the series as the search saw it (:func:`detect`; None with too few runs): what
+    #: ``trends --incremental`` keeps of the runs that leave its window
+    prepared: Prepared | None = field(default=None, repr=False)
 
     @property
     def runs(self) -> int:
@@ -111,11 +111,14 @@ class SeriesVerdict:
 
 
 @dataclass
-class _Prepared:
+class Prepared:
+    """A series as the search sees it."""
+
     y: np.ndarray  # transformed, outlier-clipped
-    sigma: float
+    sigma: float  # the noise the search uses (a window's: weighed with the runs before it)
     log: bool
     scale: float  # for linear mode: |median| the shift is relative to
+    own_sigma: float = 0.0  # the noise of these values alone
 
 
 @dataclass(frozen=True)
@@ -176,16 +179,16 @@ def noise_sigma(y: np.ndarray) -> float:
     return max(sigma, NOISE_FLOOR)
 
 
-def _prepare(values: np.ndarray, min_run: int, window: Window = FULL) -> _Prepared:
+def _prepare(values: np.ndarray, min_run: int, window: Window = FULL) -> Prepared:
     y, positive, scale = transform(values)
-    sigma = noise_sigma(y)
+    sigma = own = noise_sigma(y)
     if window.sigma_runs:  # the runs before a window: their noise weighs by their number
         n = len(y) - 1
         sigma = max((window.sigma * window.sigma_runs + sigma * n) / (window.sigma_runs + n),
                     NOISE_FLOOR)
     med = _rolling_median(y, min_run)
     y = med + np.clip(y - med, -CLIP_SIGMAS * sigma, CLIP_SIGMAS * sigma)
-    return _Prepared(y, sigma, positive, scale)
+    return Prepared(y, sigma, positive, scale, own)
 
 
 def _best_split(csum: np.ndarray, a: int, b: int, sigma: float, min_run: int,
@@ -209,7 +212,7 @@ def _best_split(csum: np.ndarray, a: int, b: int, sigma: float, min_run: int,
 
 
 def change_points(values: np.ndarray, alpha: float = ALPHA, min_run: int = MIN_RUN,
-                  window: Window = FULL) -> tuple[list[int], _Prepared]:
+                  window: Window = FULL) -> tuple[list[int], Prepared]:
     """Indices where a new level starts (sorted), and the prepared series (``window``: what
     came before the values, when they are a window of the series)."""
     prep = _prepare(np.asarray(values, dtype=float), min_run, window)
@@ -291,7 +294,7 @@ def detect_values(values: np.ndarray, lower_better: bool, alpha: float = ALPHA,
     return verdict, changes, _noise_pct(prep)
 
 
-def _noise_pct(prep: _Prepared | None) -> float:
+def _noise_pct(prep: Prepared | None) -> float:
     if prep is None:
         return 0.0
     return math.expm1(prep.sigma) * 100 if prep.log else prep.sigma * 100
@@ -299,7 +302,7 @@ def _noise_pct(prep: _Prepared | None) -> float:
 
 def _detect(values: np.ndarray, lower_better: bool, alpha: float, min_run: int,
             min_shift_pct: float, confirm_runs: int, window: Window
-            ) -> tuple[str, list[Change], _Prepared | None]:
+            ) -> tuple[str, list[Change], Prepared | None]:
     """(verdict, changes, prepared values); the changes' indices count a window's margin."""
     first = window.margin
     if len(values) - first < 2 * min_run:
@@ -364,17 +367,16 @@ def detect(series: SeriesData, alpha: float = ALPHA, min_run: int = MIN_RUN,
     for c in changes:
         c.time = float(series.time[c.index])
         c.session = series.session[c.index] if series.session else ""
-    out = SeriesVerdict(series, verdict, changes, _noise_pct(prep))
-    if prep is not None:
-        out.clipped = prep.y
-    return out
+    return SeriesVerdict(series, verdict, changes, _noise_pct(prep), prepared=prep)
 
 
 def analyse(all_series: list[SeriesData], alpha: float = ALPHA, min_run: int = MIN_RUN,
             min_shift_pct: float = MIN_SHIFT_PCT, progress=None) -> list[SeriesVerdict]:
     out = []
     for i, series in enumerate(all_series):
-        out.append(detect(series, alpha, min_run, min_shift_pct))
+        verdict = detect(series, alpha, min_run, min_shift_pct)
+        verdict.prepared = None  # a full run keeps no window: memory stays near the values
+        out.append(verdict)
         if progress is not None:
             progress(i + 1, len(all_series))
     return out
