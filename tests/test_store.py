@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import sqlite3
@@ -9,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fabreg.review import store as store_module
 from fabreg.review.store import Store, derive_sessions
 from fabreg.review.synthetic import generate
 
@@ -142,3 +147,15 @@ def test_derived_sessions_split_on_gaps():
     names = derive_sessions(np.array([0.0, 100.0, 3000.0, 86400.0, 86500.0]))
     assert names[0.0] == names[100.0] == names[3000.0] == "run-19700101T000000Z"
     assert names[86400.0] == names[86500.0] == "run-19700102T000000Z"
+
+
+@given(st.lists(st.tuples(st.text(), st.text()), unique_by=lambda p: p[0]),
+       st.text(), st.text(), st.text(), st.text(), st.text())
+def test_a_series_key_is_written_as_json_writes_it(params, test, system, part, environ, var):
+    """The stored stores' hashes and parameters were taken of ``json.dumps``' text: the
+    faster text must be the same, byte for byte, or a series would split."""
+    params = tuple(sorted(params))
+    key = store_module.SeriesKey(test, params, system, part, environ, var)
+    assert store_module._key_text(key) == json.dumps(
+        [test, params, system, part, environ, var], separators=(",", ":"))
+    assert store_module._params_text(params) == json.dumps(dict(params), sort_keys=True)

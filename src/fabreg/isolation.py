@@ -113,6 +113,11 @@ class Localisation:
 
 
 
+def link(a: str, b: str) -> tuple[str, str]:
+    """The link between two nodes, either way round: its nodes in order."""
+    return (a, b) if a <= b else (b, a)
+
+
 def _quantile(sorted_values: Sequence[float], q: float) -> float:
     pos = q * (len(sorted_values) - 1)
     lo = math.floor(pos)
@@ -176,7 +181,7 @@ def _per_round(pairs: list[PairValue], good: dict[int, float]) -> None:
     for p in pairs:
         rounds.setdefault(p.round, []).append(p)
     usable = {r: ps for r, ps in rounds.items() if r > 0 and len(
-        {tuple(sorted((p.node_a, p.node_b))) for p in ps}) >= ROUND_MIN_LINKS}
+        {link(p.node_a, p.node_b) for p in ps}) >= ROUND_MIN_LINKS}
     if len(usable) < 2:
         return
     ref = {}
@@ -250,8 +255,8 @@ def _suspects(pairs: list[PairValue], slow: dict[int, SlowPair],
     by_link: dict[tuple[str, str], list[PairValue]] = {}
     for p in pairs:
         if p.node_a not in explained and p.node_b not in explained:
-            by_link.setdefault(tuple(sorted((p.node_a, p.node_b))), []).append(p)
-    for link, mine in sorted(by_link.items()):
+            by_link.setdefault(link(p.node_a, p.node_b), []).append(p)
+    for nodes, mine in sorted(by_link.items()):
         together = judge.group_is_slow(mine)
         if loc.metric in ROUND_TRIP:
             # a -> b -> a and b -> a -> b measure one path: both must be slow
@@ -260,7 +265,7 @@ def _suspects(pairs: list[PairValue], slow: dict[int, SlowPair],
             found = together or any(id(p) in slow for p in mine)
         if found:
             bad = judge.evidence(mine)
-            named.append(Suspect("link", link, loc.metric,
+            named.append(Suspect("link", nodes, loc.metric,
                                  median(b.deficit_pct for b in bad), bad, len(mine)))
     return named
 

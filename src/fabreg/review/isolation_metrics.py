@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
+from fabreg.isolation import link
 from fabreg.review.sweeps import Sweep
 
 _WHERE = ("system", "partition", "environ")
@@ -67,7 +68,7 @@ def render(sweeps: list[Sweep]) -> str:
                 labels = (*where, loc.metric, p.node_a, p.node_b)
                 link_value.labels(*labels).set(p.value)
                 link_deficit.labels(*labels).set(loc.pair_deficit.get(key, 0.0))
-                link_suspect.labels(*labels).set(float(tuple(sorted(key)) in named_links))
+                link_suspect.labels(*labels).set(float(link(*key) in named_links))
             for node in sweep.node_summary(loc):
                 node_slow.labels(*where, loc.metric, node.node).set(node.slow / node.measured)
                 node_suspect.labels(*where, loc.metric, node.node).set(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
 import math
 import os
 import sqlite3
@@ -156,6 +157,10 @@ CREATE TABLE IF NOT EXISTS trend_state(
 )"""
 
 
+#: A string as ``json.dumps`` writes it (ASCII, escaped; the C encoder)
+_json_str = json.encoder.encode_basestring_ascii
+
+
 def key_hash(key: str) -> int:
     """The 64-bit hash a run or a series is looked up by (``runs.key_hash``,
     ``series.key_hash``): an index of 8-byte integers instead of one of the whole key text
@@ -209,9 +214,36 @@ def _series_key(test: str, system: str, partition: str, environ: str, perfvar: s
                      environ, perfvar)
 
 
+def _all_text(*values: object) -> bool:
+    return all(type(v) is str for v in values)
+
+
+def _params_text(params: tuple[tuple[str, str], ...]) -> str:
+    """``series.params``: a series' parameters as stored, ``json.dumps(dict(params),
+    sort_keys=True)`` (params are sorted); built from JSON's own string encoder when all are
+    strings: a night of a 10,000-node sweep writes 450,000 of them."""
+    if not _all_text(*(x for pair in params for x in pair)):
+        return json.dumps(dict(params), sort_keys=True)
+    return "{" + ", ".join(f"{_json_str(k)}: {_json_str(v)}" for k, v in params) + "}"
+
+
+def _key_prefix(test: str, params: tuple[tuple[str, str], ...], system: str, partition: str,
+                environ: str) -> str:
+    """``_key_text`` but its performance variable and closing bracket: the same for every
+    variable of one run."""
+    if not _all_text(test, system, partition, environ, *(x for pair in params for x in pair)):
+        return json.dumps([test, params, system, partition, environ],
+                          separators=(",", ":"))[:-1] + ","
+    pairs = ",".join(f"[{_json_str(k)},{_json_str(v)}]" for k, v in params)
+    return (f"[{_json_str(test)},[{pairs}],{_json_str(system)},{_json_str(partition)},"
+            f"{_json_str(environ)},")
+
+
 def _key_text(key: SeriesKey) -> str:
-    return json.dumps([key.test, key.params, key.system, key.partition, key.environ,
-                       key.perfvar], separators=(",", ":"))
+    """The text a series' hash is taken of: ``json.dumps([test, params, system, partition,
+    environ, perfvar], separators=(",", ":"))``, built as ``_params_text`` is."""
+    return (_key_prefix(key.test, key.params, key.system, key.partition, key.environ)
+            + _json_str(key.perfvar) + "]")
 
 
 @dataclass
@@ -235,10 +267,18 @@ class SeriesData:
 
 
 @dataclass(frozen=True)
-class NewestValue:
-    """A series' newest value and its run: all a sweep's judgement needs of each link."""
+class LinkValue:
+    """A per-link series' newest value and its run: all a sweep's judgement needs of each
+    link (its key's parameters without ``node_a``/``node_b``, which are fields here)."""
 
-    key: SeriesKey
+    test: str
+    params: tuple[tuple[str, str], ...]
+    system: str
+    partition: str
+    environ: str
+    perfvar: str
+    node_a: str
+    node_b: str
     time: float
     jobid: str
     value: float
@@ -519,16 +559,18 @@ class Store:
         per_sample = []
         last_run = None
         base: tuple = ()
+        prefix = ""
         for sample in samples:
             run = sample.run
             if run is not last_run:  # samples of one run come together
                 base = (run.test, run.param_key, run.system, run.partition, run.environ)
+                prefix = _key_prefix(*base)
                 last_run = run
             ckey = (*base, sample.perfvar)
             if ckey not in keys:
-                keys[ckey] = _key_text(SeriesKey(*ckey))
+                keys[ckey] = prefix + _json_str(sample.perfvar) + "]"
             per_sample.append(ckey)
-        ids = self._lookup_series(keys.values())
+        ids = self._lookup_series(keys)
         missing = [ckey for ckey, text in keys.items() if text not in ids]
         if missing:
             # Under our write lock SQLite numbers new rows max(id) + 1, + 2, ... in order.
@@ -537,23 +579,33 @@ class Store:
                 "INSERT INTO series(id, key_hash, test, system, partition, environ, perfvar, "
                 "params) VALUES(?,?,?,?,?,?,?,?)",
                 [(last_id + 1 + i, key_hash(keys[k]), k[0], k[2], k[3], k[4], k[5],
-                  json.dumps(dict(k[1]), sort_keys=True)) for i, k in enumerate(missing)])
+                  _params_text(k[1])) for i, k in enumerate(missing)])
             ids.update({keys[k]: last_id + 1 + i for i, k in enumerate(missing)})
         return [ids[keys[ckey]] for ckey in per_sample]
 
-    def _lookup_series(self, texts: Iterable[str]) -> dict[str, int]:
-        """Stored series ids by key text (``_key_text``), of the keys stored."""
-        wanted = {key_hash(t): t for t in texts}
+    def _lookup_series(self, keys: dict[tuple, str]) -> dict[str, int]:
+        """Stored series ids by key text (``_key_text``), of the keys stored. ``keys``: key
+        tuple (test, params, system, partition, environ, perfvar) -> its text."""
+        wanted = {key_hash(text): key for key, text in keys.items()}
         hashes = list(wanted)
         out: dict[str, int] = {}
+        params_text: dict[tuple, str] = {}  # one run's variables share their parameters
         for i in range(0, len(hashes), 500):
             chunk = hashes[i:i + 500]
-            for sid, khash, *columns in self.conn.execute(
+            for sid, khash, test, system, part, environ, perfvar, params in self.conn.execute(
                     "SELECT id, key_hash, test, system, partition, environ, perfvar, params "
                     f"FROM series WHERE key_hash IN ({','.join('?' * len(chunk))})", chunk):
-                text = _key_text(_series_key(*columns))
-                if text == wanted.get(khash):
-                    out[text] = sid
+                key = wanted.get(khash)
+                # two keys with one hash: told apart by the columns themselves (the
+                # parameters' text as written, else as read)
+                if key is None or (test, system, part, environ, perfvar) != (
+                        key[0], key[2], key[3], key[4], key[5]):
+                    continue
+                if key[1] not in params_text:
+                    params_text[key[1]] = _params_text(key[1])
+                if (params == params_text[key[1]]
+                        or tuple(sorted(json.loads(params).items())) == key[1]):
+                    out[keys[key]] = sid
         return out
 
     # -- reading ---------------------------------------------------------------------
@@ -766,12 +818,15 @@ class Store:
         in ``starts``): what ``trends --incremental`` reads, one index range per series."""
         return self._load(starts)
 
-    def newest_link_values(self) -> list[NewestValue]:
+    def newest_link_values(self) -> list[LinkValue]:
         """Every per-link series (a sweep's pairs and host controls: ``node_a``/``node_b``
         parameters) with its newest value only: what ``fabreg isolate`` judges, read in
-        proportion to the links, not to their history (one index seek per series, no
-        arrays: a 10,000-node sweep has 450,000 of them)."""
-        sql = ("SELECT s.id, s.test, s.system, s.partition, s.environ, s.perfvar, s.params, "
+        proportion to the links, not to their history (one index seek per series; SQLite
+        takes the node names out of the parameters: a 10,000-node sweep has 450,000 links
+        and a handful of distinct other parameters)."""
+        sql = ("SELECT s.id, s.test, s.system, s.partition, s.environ, s.perfvar, "
+               "json_remove(s.params, '$.node_a', '$.node_b'), "
+               "json_extract(s.params, '$.node_a'), json_extract(s.params, '$.node_b'), "
                "v.time, r.jobid, v.value FROM series s JOIN samples v ON v.series_id = s.id "
                "AND v.time = (SELECT MAX(m.time) FROM samples m WHERE m.series_id = s.id) "
                "JOIN runs r ON r.id = v.run_id "
@@ -780,8 +835,15 @@ class Store:
         newest: dict[int, tuple] = {}
         for sid, *row in self._query(sql):
             newest[sid] = row  # of two values at the same time, the later run's (as load)
-        return [NewestValue(_series_key(*row[:6]), row[6], row[7] or "", row[8])
-                for row in newest.values()]
+        rest: dict[str, tuple[tuple[str, str], ...]] = {}
+        out = []
+        for test, system, part, env, perfvar, params, a, b, when, jobid, value in (
+                newest.values()):
+            if params not in rest:
+                rest[params] = tuple(sorted(json.loads(params).items()))
+            out.append(LinkValue(test, rest[params], system, part, env, perfvar, str(a),
+                                 str(b), when, jobid or "", value))
+        return out
 
     def _load(self, starts: dict[int, float] | None = None) -> list[SeriesData]:
         import numpy as np  # the readers only (see the imports)

@@ -17,7 +17,7 @@ from statistics import median
 
 from fabreg import isolation
 from fabreg.isolation import HIGHER_IS_BETTER
-from fabreg.review.store import NewestValue, SeriesData
+from fabreg.review.store import LinkValue, SeriesData
 from fabreg.schema import LINK_PARAMETERS, PAIR_METRIC_UNITS, PAIR_ROUNDS, PAIR_TABLE
 
 #: (system, job id, time) -> the run's attributes (``Store.run_attributes``)
@@ -132,13 +132,21 @@ class Sweep:
         return self._judged
 
 
-def newest_values(all_series: Iterable[SeriesData]) -> list[NewestValue]:
+def newest_values(all_series: Iterable[SeriesData]) -> list[LinkValue]:
     """The newest value of each per-link series among ``all_series`` (a whole store read by
     ``Store.load``): what ``latest_sweeps`` takes (``Store.newest_link_values`` reads only
     those)."""
-    return [NewestValue(s.key, float(s.time[-1]), s.jobid[-1] if s.jobid else "",
-                        float(s.value[-1]))
-            for s in all_series if len(s) and all(p in s.key.param for p in LINK_PARAMETERS)]
+    out = []
+    for s in all_series:
+        param = s.key.param
+        if not len(s) or not all(p in param for p in LINK_PARAMETERS):
+            continue
+        rest = tuple((k, v) for k, v in s.key.params if k not in LINK_PARAMETERS)
+        out.append(LinkValue(s.key.test, rest, s.key.system, s.key.partition, s.key.environ,
+                             s.key.perfvar, param["node_a"], param["node_b"],
+                             float(s.time[-1]), s.jobid[-1] if s.jobid else "",
+                             float(s.value[-1])))
+    return out
 
 
 def _rounds(attrs: dict[str, str]) -> dict[tuple[str, str], int]:
@@ -161,18 +169,17 @@ def _rounds(attrs: dict[str, str]) -> dict[tuple[str, str], int]:
     return {(str(r["node_a"]), str(r["node_b"])): int(r.get("round") or 0) for r in rows}
 
 
-def latest_sweeps(links: Iterable[NewestValue], system: str | None = None,
+def latest_sweeps(links: Iterable[LinkValue], system: str | None = None,
                   attributes: Attributes | None = None) -> list[Sweep]:
     """The newest run of every sweep in the store (optionally of one system): one per test,
     system, partition, environment and transport, from each link's newest value
     (``Store.newest_link_values``, or ``newest_values`` of a loaded store). ``attributes``
     (``Store.run_attributes``) gives each pair its round, from the run's pair rounds."""
-    groups: dict[tuple, list[NewestValue]] = defaultdict(list)
+    groups: dict[tuple, list[LinkValue]] = defaultdict(list)
     for s in links:
-        if system and s.key.system != system:
+        if system and s.system != system:
             continue
-        rest = tuple((k, v) for k, v in s.key.params if k not in LINK_PARAMETERS)
-        groups[(s.key.test, rest, s.key.system, s.key.partition, s.key.environ)].append(s)
+        groups[(s.test, s.params, s.system, s.partition, s.environ)].append(s)
     sweeps = []
     for (test, params, sys_name, part, env), members in sorted(groups.items()):
         newest = max(s.time for s in members)
@@ -186,13 +193,12 @@ def latest_sweeps(links: Iterable[NewestValue], system: str | None = None,
         for s in members:
             if s.time != newest:
                 continue  # this link was not measured by the newest run
-            a, b = s.key.param["node_a"], s.key.param["node_b"]
-            value = s.value
-            if s.key.perfvar in LINK_PERFVARS and a != b:
-                sweep.pairs.setdefault(LINK_PERFVARS[s.key.perfvar], []).append(
-                    isolation.PairValue(a, b, value, rounds.get((a, b), 0)))
+            a, b = s.node_a, s.node_b
+            if s.perfvar in LINK_PERFVARS and a != b:
+                sweep.pairs.setdefault(LINK_PERFVARS[s.perfvar], []).append(
+                    isolation.PairValue(a, b, s.value, rounds.get((a, b), 0)))
             elif a == b:
-                sweep.controls.setdefault(a, {})[s.key.perfvar] = value
+                sweep.controls.setdefault(a, {})[s.perfvar] = s.value
         for values in sweep.pairs.values():
             values.sort(key=lambda p: (p.node_a, p.node_b))
         sweeps.append(sweep)
