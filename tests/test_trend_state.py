@@ -70,8 +70,8 @@ def test_a_night_appended_is_judged_from_the_windows_with_the_full_verdicts(tmp_
 
 
 def test_a_value_older_than_its_window_makes_its_series_read_whole_again(tmp_path):
-    data = generate(tmp_path / "logs", sessions=90, transports=("tcp",), nodes=(2,), seed=5,
-                    shifted=0.0)  # no change: every window starts 60 runs back
+    data = generate(tmp_path / "logs", sessions=100, transports=("tcp",), nodes=(2,), seed=5,
+                    shifted=0.0)  # no change: every window starts 60 runs back (100 > 90)
     db = tmp_path / "store.db"
     fabreg("ingest", str(data.root), db=db, check=True)
     fabreg("trends", "--incremental", "--format", "json", db=db)
@@ -102,6 +102,8 @@ def test_the_next_window_keeps_the_old_level_of_a_recent_change():
     assert trend_state.next_start([earlier, change], 150, 60) == 30  # change's old level
     assert trend_state.next_start([change], 150, 60) == 0
     assert trend_state.next_start([], 40, 60) == 0
+    assert trend_state.next_start([], 89, 60, step=30) == 0  # grows to 90 runs, then moves
+    assert trend_state.next_start([], 90, 60, step=30) == 30
 
 
 def _runs(sid: int, key: SeriesKey, unit: str, times: np.ndarray, values: np.ndarray,

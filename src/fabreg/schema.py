@@ -7,6 +7,7 @@ the review side (``fabreg.review``), so that the three never disagree about what
 
 from __future__ import annotations
 
+import functools
 import re
 
 #: Other work's share of the host's CPU time (``interference`` column: ``other_share``) above
@@ -134,6 +135,7 @@ def declared_direction(metric: str) -> str | None:
     return METRIC_DIRECTIONS.get(metric)
 
 
+@functools.lru_cache(maxsize=4096)  # asked once a series: 450,000 times for a large sweep
 def lower_is_better(metric: str, unit: str | None = None) -> bool:
     """Direction of a metric: latency-like (lower is better) or bandwidth-like.
 

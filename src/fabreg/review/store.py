@@ -16,6 +16,7 @@ or duplicating values.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import json.encoder
@@ -744,22 +745,8 @@ class Store:
                                   list(early.items()))
 
     def trend_states(self, settings: str) -> dict[int, tuple]:
-        """series id -> the rest of its ``trend_state`` row (start, ..., kept), if the states
-        were made with ``settings`` (none otherwise)."""
-        try:
-            made = self.conn.execute("SELECT value FROM meta WHERE key = 'trend_settings'"
-                                     ).fetchone()
-            if not made or made[0] != settings:
-                return {}
-            rows = self.conn.execute("SELECT * FROM trend_state").fetchall()
-        except sqlite3.OperationalError:
-            return {}
-        return {row[0]: row[1:] for row in rows}
-
-    def save_trend_states(self, settings: str,
-                          states: Iterable[tuple]) -> None:
-        """Keep ``trend_state`` rows (series id, start, ..., kept) for the next incremental
-        run; states made with other settings are dropped."""
+        """series id -> the rest of its ``trend_state`` row (start, ..., kept). States made
+        with other settings are dropped first: their series are read whole."""
         try:
             with self.conn:
                 self.conn.execute(TREND_STATE)
@@ -769,6 +756,17 @@ class Store:
                     self.conn.execute("DELETE FROM trend_state")
                     self.conn.execute("INSERT OR REPLACE INTO meta VALUES('trend_settings', ?)",
                                       (settings,))
+            rows = self.conn.execute("SELECT * FROM trend_state").fetchall()
+        except sqlite3.Error as err:
+            raise self._error(err) from None
+        self._latest_window = None
+        return {row[0]: row[1:] for row in rows}
+
+    def save_trend_states(self, states: Iterable[tuple]) -> None:
+        """Keep ``trend_state`` rows (series id, start, ..., kept) for the next incremental
+        run (after ``trend_states``, which made the table and set its settings)."""
+        try:
+            with self.conn:
                 self.conn.executemany("INSERT OR REPLACE INTO trend_state "
                                       "VALUES(?,?,?,?,?,?,?,?,?)", list(states))
             self._latest_window = None
@@ -813,10 +811,11 @@ class Store:
         """Every series with its values, sessions resolved (results DB, else derived)."""
         return self._load()
 
-    def load_windows(self, starts: dict[int, float]) -> list[SeriesData]:
-        """Every series with its values from ``starts[series id]`` on (all of a series not
-        in ``starts``): what ``trends --incremental`` reads, one index range per series."""
-        return self._load(starts)
+    def load_windows(self) -> list[SeriesData]:
+        """Every series with its values from its ``trend_state.start`` on (all of a series
+        without one): what ``trends --incremental`` reads, one index range per series (after
+        ``trend_states``, which made the table)."""
+        return self._load(windows=True)
 
     def newest_link_values(self) -> list[LinkValue]:
         """Every per-link series (a sweep's pairs and host controls: ``node_a``/``node_b``
@@ -845,11 +844,10 @@ class Store:
                                  str(b), when, jobid or "", value))
         return out
 
-    def _load(self, starts: dict[int, float] | None = None) -> list[SeriesData]:
+    def _load(self, windows: bool = False) -> list[SeriesData]:
         import numpy as np  # the readers only (see the imports)
 
-        keys = {sid: _series_key(*columns) for sid, *columns in self._query(
-            "SELECT id, test, system, partition, environ, perfvar, params FROM series")}
+        keys = self._series_keys()
         runs = self._query("SELECT r.id, COALESCE(r.session, l.session), r.time, r.jobid "
                            "FROM runs r LEFT JOIN run_sessions l ON l.run_key = r.run_key")
         derived = derive_sessions(np.array([r[2] for r in runs if r[1] is None], dtype=float))
@@ -858,32 +856,50 @@ class Store:
         bands = _Bands.read(self)
         out: list[SeriesData] = []
         try:
-            if not starts:
-                out = self._read_all(keys, bands, run_session, run_job)
-            else:  # one statement: each series from its start, one index range each
-                self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS window_start("
-                                  "series_id INTEGER PRIMARY KEY, start REAL NOT NULL)")
-                self.conn.execute("DELETE FROM window_start")
-                self.conn.executemany("INSERT INTO window_start VALUES(?,?)", starts.items())
-                out = self._read_all(keys, bands, run_session, run_job, windows=True)
-                self.conn.execute("DELETE FROM window_start")
+            out = self._read_all(keys, bands, run_session, run_job, windows)
         except sqlite3.Error as err:
             raise self._error(err) from None
         out.sort(key=lambda s: (s.key.test, s.key.params, s.key.system, s.key.partition,
                                 s.key.environ, s.key.perfvar))
         return out
 
+    def _series_keys(self) -> dict[int, SeriesKey]:
+        """Every series' key by id. SQLite takes a link's node names out of its parameters,
+        so the rest (shared by every link of a sweep) is parsed once, not once a link."""
+        # the parameters but the node names, sorted, and where node_a and node_b go in them
+        rest: dict[str, tuple[tuple[tuple[str, str], ...], int, int]] = {}
+        keys = {}
+        for sid, test, system, part, environ, perfvar, params, kind_a, a, kind_b, b in (
+                self._query(
+                    "SELECT id, test, system, partition, environ, perfvar, "
+                    "json_remove(params, '$.node_a', '$.node_b'), "
+                    "json_type(params, '$.node_a'), json_extract(params, '$.node_a'), "
+                    "json_type(params, '$.node_b'), json_extract(params, '$.node_b') "
+                    "FROM series")):
+            if params not in rest:
+                pairs = tuple(sorted(json.loads(params).items()))
+                names = [k for k, _ in pairs]
+                rest[params] = (pairs, bisect.bisect(names, "node_a"),
+                                bisect.bisect(names, "node_b"))
+            pairs, at_a, at_b = rest[params]
+            if kind_a is not None or kind_b is not None:
+                pairs = (*pairs[:at_a], *((("node_a", a),) if kind_a is not None else ()),
+                         *pairs[at_a:at_b], *((("node_b", b),) if kind_b is not None else ()),
+                         *pairs[at_b:])
+            keys[sid] = SeriesKey(test, pairs, system, part, environ, perfvar)
+        return keys
+
     def _read_all(self, keys: dict[int, SeriesKey], bands: _Bands,
                   run_session: dict[int, str], run_job: dict[int, str],
                   windows: bool = False) -> list[SeriesData]:
-        """Every value (``windows``: from each series' ``window_start`` on), one series at a
-        time: memory stays near the size of the arrays."""
+        """Every value (``windows``: from each series' ``trend_state.start`` on), one series at
+        a time: memory stays near the size of the arrays."""
         out: list[SeriesData] = []
         sql = ("SELECT series_id, time, run_id, value, band_id FROM samples "
                "ORDER BY series_id, time, run_id")
         if windows:
             sql = ("SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM series s "
-                   "LEFT JOIN window_start w ON w.series_id = s.id "
+                   "LEFT JOIN trend_state w ON w.series_id = s.id "
                    "JOIN samples v ON v.series_id = s.id AND v.time >= COALESCE(w.start, -1e308) "
                    "ORDER BY s.id, v.time, v.run_id")
         cursor = self.conn.execute(sql)

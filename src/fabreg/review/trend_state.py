@@ -10,7 +10,8 @@ and puts the kept changes in front of what it finds: the verdict comes from all 
 (:func:`fabreg.review.trends.overall`), so a regression that started before the window stays
 open until a change closes it.
 
-The window is the newest ``WINDOW`` runs, reaching back to the start of the old level of every
+The window is the newest ``WINDOW`` runs (it grows night by night to ``WINDOW + STEP``, then
+moves: a state is written once a month), reaching back to the start of the old level of every
 change among them: a change at the end of a series (a suspect) is judged again each night
 until it is confirmed or gone; only changes older than the window are kept as last judged. A
 series without a state (the first run, other settings, a value ingested older than its window)
@@ -27,8 +28,11 @@ from collections.abc import Callable
 from fabreg.review import trends
 from fabreg.review.store import SeriesData, Store
 
-#: Runs every series' window holds at least (two months of nightlies).
+#: Runs every series' window holds at least (two months of nightlies) ...
 WINDOW = 60
+#: ... and at most this many more: a window moves in steps, so a series' state is written
+#: once a month, not every night.
+STEP = 30
 #: Runs read before a window for context only: outlier clipping (a rolling median of
 #: ``2 MIN_RUN + 1`` runs) sees them as a full run does, so a spike at the start of a window is
 #: tamed as it would be anywhere else, and no change is placed among them.
@@ -38,7 +42,7 @@ MARGIN = 2 * trends.MIN_RUN + 1
 def settings(alpha: float, min_shift_pct: float, window: int = WINDOW) -> str:
     """What a state depends on: a state made with other settings is not reused."""
     return json.dumps({"alpha": alpha, "min_shift_pct": min_shift_pct, "window": window,
-                       "margin": MARGIN, "min_run": trends.MIN_RUN,
+                       "step": STEP, "margin": MARGIN, "min_run": trends.MIN_RUN,
                        "confirm_runs": trends.CONFIRM_RUNS}, sort_keys=True)
 
 
@@ -67,11 +71,12 @@ class State:
                    [trends.Change(**k) for k in json.loads(kept)] if kept else [])
 
 
-def next_start(changes: list[trends.Change], n: int, window: int, first: int = 0) -> int:
+def next_start(changes: list[trends.Change], n: int, window: int, first: int = 0,
+               step: int = STEP) -> int:
     """The index (of ``n`` runs read, the window from ``first``) where the next window
-    starts: ``window`` runs back, or the start of the old level of the first change within
-    them."""
-    start = max(first, n - window)
+    starts: where it is until it holds ``window + step`` runs, then ``window`` runs back; or
+    the start of the old level of the first change within them."""
+    start = first if n - first < window + step else n - window
     bounds = [first] + [c.index for c in changes]
     for j, c in enumerate(changes):
         if c.index >= start:
@@ -122,18 +127,19 @@ def analyse(store: Store, alpha: float = trends.ALPHA,
             progress: Callable[[int, int], None] | None = None) -> list[trends.SeriesVerdict]:
     """Every series (``keep`` chooses) judged from its window; the states saved for the
     next run."""
-    made_with = settings(alpha, min_shift_pct, window)
-    states = store.trend_states(made_with)
-    windows = [s for s in store.load_windows({sid: row[0] for sid, row in states.items()})
-               if keep(s)]
+    states = store.trend_states(settings(alpha, min_shift_pct, window))
+    windows = [s for s in store.load_windows() if keep(s)]
     out, saved = [], []
     for i, series in enumerate(windows):
-        state = State.from_row(states[series.id]) if series.id in states else State()
+        row = states.get(series.id)
+        state = State.from_row(row) if row else State()
         verdict, after = judge(series, state, alpha, min_shift_pct, window)
         verdict.prepared = None
         out.append(verdict)
-        saved.append((series.id, *after.row()))
+        new = after.row()
+        if new != (row or State().row()):  # most nights a window only grows: nothing to write
+            saved.append((series.id, *new))
         if progress is not None:
             progress(i + 1, len(windows))
-    store.save_trend_states(made_with, saved)
+    store.save_trend_states(saved)
     return out
