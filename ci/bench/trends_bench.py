@@ -334,7 +334,8 @@ def print_nightly(nights: int, datasets: dict[int, Dataset], work: Path,
                   timer: ChildTimer) -> None:
     print()
     print(f"# nightly: the last {nights} nights replayed one at a time; after each, trends "
-          f"--incremental (windows of {trend_state.WINDOW} runs, state in the store) and a "
+          f"--incremental (windows of {trend_state.WINDOW}-"
+          f"{trend_state.WINDOW + trend_state.STEP} runs, state in the store) and a "
           "full trends on the same store")
     print(f"{'scale':>5} {'first (full + state)':>20} {'incremental wall':>16} {'cpu':>6} "
           f"{'full wall':>9} {'cpu':>6} {'ratio':>6} {'ingest':>7} {'verdicts differ':>15}")
