@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fabreg.review import store as store_module
+from fabreg.review.perflog import Run, Sample
 from fabreg.review.store import Store, derive_sessions
 from fabreg.review.synthetic import generate
 
@@ -159,3 +160,24 @@ def test_a_series_key_is_written_as_json_writes_it(params, test, system, part, e
     assert store_module._key_text(key) == json.dumps(
         [test, params, system, part, environ, var], separators=(",", ":"))
     assert store_module._params_text(params) == json.dumps(dict(params), sort_keys=True)
+
+
+def test_a_long_attribute_the_same_every_night_is_stored_once(tmp_path: Path):
+    """A 10,000-node sweep's pair rounds (1.5 MB) are the same night after night: kept once
+    in ``blobs``, read back whole for every run."""
+    rounds = json.dumps({"nodes": [f"nid{i:05d}" for i in range(2000)],
+                         "rounds": {"1": list(range(4000))}})
+    with Store(tmp_path / "s.db") as store:
+        for night in range(3):
+            run = Run(1.7e9 + night * 86400, "Sweep", {"transport": "tcp"}, "big", "compute",
+                      "openmpi", jobid=str(100 + night), attrs={"pair_rounds": rounds,
+                                                                  "suspects_named": ""})
+            store.add([Sample(run, "pairs", 12.0, "")])
+        for night in range(3):
+            attrs = store.run_attributes("big", str(100 + night), 1.7e9 + night * 86400)
+            assert attrs == {"pair_rounds": rounds, "suspects_named": ""}
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM blobs").fetchone() == (1,)
+        stored = [json.loads(a) for (a,) in conn.execute("SELECT attrs FROM runs")]
+    assert len(stored) == 3 and all(a["pair_rounds"].startswith("blob:") for a in stored)
+    assert os.path.getsize(tmp_path / "s.db") < 3 * len(rounds)
