@@ -61,6 +61,8 @@ def test_a_night_appended_is_judged_from_the_windows_with_the_full_verdicts(tmp_
     full = fabreg("trends", "--format", "json", db=db)
     assert incremental.returncode == full.returncode == 1, incremental.stderr
     assert _changes(incremental) == _changes(full)
+    forked = fabreg("trends", "--incremental", "-j", "2", "--format", "json", db=db)
+    assert forked.returncode == 1 and _changes(forked) == _changes(full), forked.stderr
     text = fabreg("trends", "--incremental", "--all", db=db).stdout
     assert f"[{SESSIONS} runs" in text or f"[{SESSIONS - 1} runs" in text  # gaps: 0.2 %
     # a regression older than its window stays open: it is one of the kept changes

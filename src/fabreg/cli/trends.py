@@ -40,6 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         f"{trend_state.WINDOW} runs and the old level of each change in them), "
                         "keeping the changes before it in the store: a nightly run's cost "
                         "follows the new data, not the history; the first run reads all")
+    p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                   help="--incremental: processes judging the series (default: one per CPU "
+                        f"from {trend_state.PARALLEL_FROM:,} series, else 1)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress")
     p.set_defaults(func=run)
 
@@ -53,13 +56,17 @@ def analyse_store(args: argparse.Namespace, quiet: bool = False) -> list[trends.
         raise FabregError(f"--alpha must be between 0 and 1, not {args.alpha}")
     if args.min_shift < 0:
         raise FabregError(f"--min-shift must be >= 0, not {args.min_shift}")
+    jobs = getattr(args, "jobs", None)
+    if jobs is not None and jobs < 1:
+        raise FabregError(f"--jobs {jobs}: at least 1")
     match = getattr(args, "match", None)
     progress = Progress("trends", 0, enabled=not quiet)
     with Store(db_path(args.db), create=False) as store:
         if getattr(args, "incremental", False):
             verdicts = trend_state.analyse(
                 store, alpha=args.alpha, min_shift_pct=args.min_shift,
-                keep=lambda s: not match or match in s.key.text(), progress=progress)
+                keep=lambda s: not match or match in s.key.text(), progress=progress,
+                jobs=jobs)
             if match and not verdicts:
                 raise FabregError(f"--match {match!r} matches no series in the store")
             return verdicts

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
+import os
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 
 from fabreg.review import trends
 from fabreg.review.store import SeriesData, Store
@@ -121,25 +124,67 @@ def judge(series: SeriesData, state: State, alpha: float, min_shift_pct: float,
                          kept)
 
 
+#: Below this many series one process judges them all (forking costs more than it saves).
+PARALLEL_FROM = 20000
+
+#: The windows and states a forked worker judges (set before the pool forks).
+_WORK: tuple[list[SeriesData], dict[int, tuple], float, float, int] | None = None
+
+
+def _judge_range(bounds: tuple[int, int]) -> list[tuple]:
+    """A worker's share: (verdict, changes, noise %, row or None) per series in bounds."""
+    assert _WORK is not None
+    windows, states, alpha, min_shift_pct, window = _WORK
+    out = []
+    for series in windows[bounds[0]:bounds[1]]:
+        row = states.get(series.id)
+        verdict, after = judge(series, State.from_row(row) if row else State(), alpha,
+                               min_shift_pct, window)
+        new = after.row()
+        out.append((verdict.verdict, verdict.changes, verdict.noise_pct,
+                    new if new != (row or State().row()) else None))
+    return out
+
+
 def analyse(store: Store, alpha: float = trends.ALPHA,
             min_shift_pct: float = trends.MIN_SHIFT_PCT, window: int = WINDOW,
             keep: Callable[[SeriesData], bool] = lambda s: True,
-            progress: Callable[[int, int], None] | None = None) -> list[trends.SeriesVerdict]:
-    """Every series (``keep`` chooses) judged from its window; the states saved for the
-    next run."""
+            progress: Callable[[int, int], None] | None = None,
+            jobs: int | None = None) -> list[trends.SeriesVerdict]:
+    """Every series (``keep`` chooses) judged from its window, by ``jobs`` processes (default:
+    one per CPU from ``PARALLEL_FROM`` series); the states saved for the next run."""
+    global _WORK
     states = store.trend_states(settings(alpha, min_shift_pct, window))
     windows = [s for s in store.load_windows() if keep(s)]
+    if jobs is None:
+        jobs = (os.cpu_count() or 1) if len(windows) >= PARALLEL_FROM else 1
+    chunk = max(1, min(5000, len(windows) // max(1, jobs * 4) or 1))
+    bounds = [(i, min(i + chunk, len(windows))) for i in range(0, len(windows), chunk)]
+    _WORK = (windows, states, alpha, min_shift_pct, window)
+    try:
+        if jobs > 1 and len(bounds) > 1:
+            context = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(jobs, mp_context=context) as pool:
+                parts = pool.map(_judge_range, bounds)
+                results = _gather(parts, len(windows), progress)
+        else:
+            results = _gather(map(_judge_range, bounds), len(windows), progress)
+    finally:
+        _WORK = None
     out, saved = [], []
-    for i, series in enumerate(windows):
-        row = states.get(series.id)
-        state = State.from_row(row) if row else State()
-        verdict, after = judge(series, state, alpha, min_shift_pct, window)
-        verdict.prepared = None
-        out.append(verdict)
-        new = after.row()
-        if new != (row or State().row()):  # most nights a window only grows: nothing to write
-            saved.append((series.id, *new))
-        if progress is not None:
-            progress(i + 1, len(windows))
+    for series, (verdict, changes, noise, row) in zip(windows, results):
+        before = states[series.id][1] if series.id in states else 0
+        out.append(trends.SeriesVerdict(series, verdict, changes, noise, before))
+        if row is not None:  # most nights a window only grows: nothing to write
+            saved.append((series.id, *row))
     store.save_trend_states(saved)
     return out
+
+
+def _gather(parts, total: int, progress: Callable[[int, int], None] | None) -> list[tuple]:
+    results: list[tuple] = []
+    for part in parts:
+        results += part
+        if progress is not None:
+            progress(len(results), total)
+    return results
