@@ -6,10 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from fabreg.cli.since_option import since_time
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
 from fabreg.review import export, isolation_metrics, trends
-from fabreg.review.perflog import parse_time
 from fabreg.review.progress import Progress
 from fabreg.review.store import SeriesData, Store
 from fabreg.review.sweeps import latest_sweeps, newest_values
@@ -81,12 +81,7 @@ def run_export(args: argparse.Namespace) -> int:
 def run_parquet(args: argparse.Namespace) -> int:
     from fabreg.review import parquet_export
 
-    since = None
-    if args.since:
-        try:
-            since = parse_time(args.since)
-        except ValueError as err:
-            raise FabregError(f"--since: {err}") from None
+    since = since_time(args.since)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise FabregError(f"--out {out}: a file is in the way (the export is a directory)")

@@ -6,10 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from fabreg.cli.since_option import since_time
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
 from fabreg.review import suggest
-from fabreg.review.perflog import parse_time
 from fabreg.review.store import RunValue, Store
 from fabreg.run.references import host_key, host_reference_file, partition_reference_file
 from fabreg.schema import CONTENDED_SHARE
@@ -117,12 +117,7 @@ def run_suggest(args: argparse.Namespace, select=None, host: str = "") -> int:
             raise FabregError(f"--{name} must be a fraction >= 0, not {value}")
     if args.warn > args.fail:
         raise FabregError(f"--warn ({args.warn:g}) must not exceed --fail ({args.fail:g})")
-    since = None
-    if args.since:
-        try:
-            since = parse_time(args.since)
-        except ValueError as err:
-            raise FabregError(f"--since: {err}") from None
+    since = since_time(args.since)
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not args.force:
         raise FabregError(f"{out} exists; use --force to overwrite it")

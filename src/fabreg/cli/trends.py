@@ -8,10 +8,10 @@ import math
 import sys
 from datetime import datetime, timezone
 
+from fabreg.cli.since_option import since_time
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
 from fabreg.review import trend_state, trends
-from fabreg.review.perflog import parse_time
 from fabreg.review.progress import Progress
 from fabreg.review.store import Store
 
@@ -85,12 +85,8 @@ EXIT_NO_DATA = 3
 
 
 def run(args: argparse.Namespace) -> int:
-    since = -math.inf
-    if args.since:
-        try:
-            since = parse_time(args.since)
-        except ValueError as err:
-            raise FabregError(f"--since: {err}") from None
+    given = since_time(args.since)
+    since = -math.inf if given is None else given
     verdicts = analyse_store(args, quiet=args.quiet or args.format == "json")
     if not verdicts:
         # A gate that passes on no data would stay green while nothing was measured.

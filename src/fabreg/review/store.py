@@ -277,14 +277,9 @@ class SeriesData:
 @dataclass(frozen=True)
 class LinkValue:
     """A per-link series' newest value and its run: all a sweep's judgement needs of each
-    link (its key's parameters without ``node_a``/``node_b``, which are fields here)."""
+    link."""
 
-    test: str
-    params: tuple[tuple[str, str], ...]
-    system: str
-    partition: str
-    environ: str
-    perfvar: str
+    key: SeriesKey  # the series' key without ``node_a``/``node_b`` (fields here)
     node_a: str
     node_b: str
     time: float
@@ -875,8 +870,8 @@ class Store:
                 newest.values()):
             if params not in rest:
                 rest[params] = tuple(sorted(json.loads(params).items()))
-            out.append(LinkValue(test, rest[params], system, part, env, perfvar, str(a),
-                                 str(b), when, jobid or "", value))
+            out.append(LinkValue(SeriesKey(test, rest[params], system, part, env, perfvar),
+                                 str(a), str(b), when, jobid or "", value))
         return out
 
     def _load(self, windows: bool = False) -> list[SeriesData]:

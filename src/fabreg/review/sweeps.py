@@ -9,6 +9,7 @@ the heat map and the Prometheus gauges judge exactly the pairs of one run with
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -141,11 +142,10 @@ def newest_values(all_series: Iterable[SeriesData]) -> list[LinkValue]:
         param = s.key.param
         if not len(s) or not all(p in param for p in LINK_PARAMETERS):
             continue
-        rest = tuple((k, v) for k, v in s.key.params if k not in LINK_PARAMETERS)
-        out.append(LinkValue(s.key.test, rest, s.key.system, s.key.partition, s.key.environ,
-                             s.key.perfvar, param["node_a"], param["node_b"],
-                             float(s.time[-1]), s.jobid[-1] if s.jobid else "",
-                             float(s.value[-1])))
+        key = dataclasses.replace(s.key, params=tuple(
+            (k, v) for k, v in s.key.params if k not in LINK_PARAMETERS))
+        out.append(LinkValue(key, param["node_a"], param["node_b"], float(s.time[-1]),
+                             s.jobid[-1] if s.jobid else "", float(s.value[-1])))
     return out
 
 
@@ -177,9 +177,10 @@ def latest_sweeps(links: Iterable[LinkValue], system: str | None = None,
     (``Store.run_attributes``) gives each pair its round, from the run's pair rounds."""
     groups: dict[tuple, list[LinkValue]] = defaultdict(list)
     for s in links:
-        if system and s.system != system:
+        if system and s.key.system != system:
             continue
-        groups[(s.test, s.params, s.system, s.partition, s.environ)].append(s)
+        k = s.key
+        groups[(k.test, k.params, k.system, k.partition, k.environ)].append(s)
     sweeps = []
     for (test, params, sys_name, part, env), members in sorted(groups.items()):
         newest = max(s.time for s in members)
@@ -194,11 +195,12 @@ def latest_sweeps(links: Iterable[LinkValue], system: str | None = None,
             if s.time != newest:
                 continue  # this link was not measured by the newest run
             a, b = s.node_a, s.node_b
-            if s.perfvar in LINK_PERFVARS and a != b:
-                sweep.pairs.setdefault(LINK_PERFVARS[s.perfvar], []).append(
+            perfvar = s.key.perfvar
+            if perfvar in LINK_PERFVARS and a != b:
+                sweep.pairs.setdefault(LINK_PERFVARS[perfvar], []).append(
                     isolation.PairValue(a, b, s.value, rounds.get((a, b), 0)))
             elif a == b:
-                sweep.controls.setdefault(a, {})[s.perfvar] = s.value
+                sweep.controls.setdefault(a, {})[perfvar] = s.value
         for values in sweep.pairs.values():
             values.sort(key=lambda p: (p.node_a, p.node_b))
         sweeps.append(sweep)
