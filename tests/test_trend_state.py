@@ -142,3 +142,17 @@ def test_night_after_night_the_windows_give_the_full_verdicts(tmp_path):
     # none on the last night
     assert differ <= nights // 500, f"{differ} of {nights} verdicts differ"
     assert finals == 0
+
+
+def test_a_state_table_of_another_shape_is_made_anew(tmp_path):
+    data = generate(tmp_path / "logs", sessions=100, transports=("tcp",), nodes=(2,), seed=5,
+                    shifted=0.0)
+    db = tmp_path / "store.db"
+    fabreg("ingest", str(data.root), db=db, check=True)
+    with sqlite3.connect(db) as conn:  # what another fabreg may have left
+        conn.execute("CREATE TABLE trend_state(series_id INTEGER PRIMARY KEY, start REAL, "
+                     "before INTEGER, kept TEXT)")
+        conn.execute("INSERT INTO trend_state VALUES(1, 0.0, 0, '')")
+    proc = fabreg("trends", "--incremental", "--format", "json", db=db)
+    assert proc.returncode == 0, proc.stderr
+    assert len(_states(db)) == 40

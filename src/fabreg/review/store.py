@@ -156,6 +156,8 @@ CREATE TABLE IF NOT EXISTS trend_state(
     sigma_runs INTEGER NOT NULL,
     kept TEXT NOT NULL
 )"""
+TREND_STATE_COLUMNS = ("series_id", "start", "before", "margin", "level_runs", "level_sum",
+                       "sigma", "sigma_runs", "kept")
 
 
 #: A string as ``json.dumps`` writes it (ASCII, escaped; the C encoder)
@@ -779,10 +781,14 @@ class Store:
         with other settings are dropped first: their series are read whole."""
         try:
             with self.conn:
+                columns = tuple(r[1] for r in self.conn.execute(
+                    "PRAGMA table_info(trend_state)"))
+                if columns and columns != TREND_STATE_COLUMNS:
+                    self.conn.execute("DROP TABLE trend_state")  # another fabreg's: made anew
                 self.conn.execute(TREND_STATE)
                 made = self.conn.execute("SELECT value FROM meta WHERE key = 'trend_settings'"
                                          ).fetchone()
-                if not made or made[0] != settings:
+                if columns != TREND_STATE_COLUMNS or not made or made[0] != settings:
                     self.conn.execute("DELETE FROM trend_state")
                     self.conn.execute("INSERT OR REPLACE INTO meta VALUES('trend_settings', ?)",
                                       (settings,))
