@@ -239,8 +239,7 @@ def _params_text(params: tuple[tuple[str, str], ...]) -> str:
 
 def _key_prefix(test: str, params: tuple[tuple[str, str], ...], system: str, partition: str,
                 environ: str) -> str:
-    """``_key_text`` but its performance variable and closing bracket: the same for every
-    variable of one run."""
+    """``_key_text`` but its performance variable: the same for every variable of one run."""
     if not _all_text(test, system, partition, environ, *(x for pair in params for x in pair)):
         return json.dumps([test, params, system, partition, environ],
                           separators=(",", ":"))[:-1] + ","
@@ -249,11 +248,11 @@ def _key_prefix(test: str, params: tuple[tuple[str, str], ...], system: str, par
             f"{_json_str(environ)},")
 
 
-def _key_text(key: SeriesKey) -> str:
+def _key_text(prefix: str, perfvar: str) -> str:
     """The text a series' hash is taken of: ``json.dumps([test, params, system, partition,
-    environ, perfvar], separators=(",", ":"))``, built as ``_params_text`` is."""
-    return (_key_prefix(key.test, key.params, key.system, key.partition, key.environ)
-            + _json_str(key.perfvar) + "]")
+    environ, perfvar], separators=(",", ":"))``, from its run's ``_key_prefix`` (built from
+    JSON's own string encoder: a night of a 10,000-node sweep has 450,000 of them)."""
+    return prefix + _json_str(perfvar) + "]"
 
 
 @dataclass
@@ -325,8 +324,8 @@ class Store:
         self._bands: dict[tuple, int] = {}
         #: the latest start of a ``trends --incremental`` window (None: not read yet)
         self._latest_window: float | None = None
-        #: run time -> derived session (``values_between``; None: not read yet)
-        self._derived: dict[float, str] | None = None
+        #: run id -> session (``values_between``; None: not read yet)
+        self._sessions: dict[int, str] | None = None
         if not self.path.exists() and not create:
             raise FabregError(f"no store at {self.path}: run 'fabreg ingest PATH' first "
                               "(or give --db / FABREG_DB)")
@@ -573,7 +572,7 @@ class Store:
                 last_run = run
             ckey = (*base, sample.perfvar)
             if ckey not in keys:
-                keys[ckey] = prefix + _json_str(sample.perfvar) + "]"
+                keys[ckey] = _key_text(prefix, sample.perfvar)
             per_sample.append(ckey)
         ids = self._lookup_series(keys)
         missing = [ckey for ckey, text in keys.items() if text not in ids]
@@ -823,25 +822,18 @@ class Store:
         """Every value of ``system`` in [start, end), as the ``long`` view's columns (a
         session the results DB does not name is derived, as ``load`` does), one index range
         per series."""
-        if self._derived is None:
-            import numpy as np  # the readers only (see the imports)
-
-            times = [r[0] for r in self._query(
-                "SELECT r.time FROM runs r LEFT JOIN run_sessions l ON l.run_key = r.run_key "
-                "WHERE r.session IS NULL AND l.session IS NULL")]
-            self._derived = derive_sessions(np.array(times, dtype=float))
+        if self._sessions is None:
+            self._sessions = self._runs_sessions()[0]
+        sessions = self._sessions
         rows = self._query(
             "SELECT s.test, s.params, s.system, s.partition, s.environ, s.perfvar, v.time, "
             "v.value, b.unit, b.ref, b.lower_thres, b.upper_thres, b.result, r.jobid, "
-            "r.nodelist, COALESCE(r.session, l.session), f.path "
+            "r.nodelist, r.id, f.path "
             "FROM series s JOIN samples v ON v.series_id = s.id AND v.time >= ? AND v.time < ? "
             "JOIN runs r ON r.id = v.run_id JOIN bands b ON b.id = v.band_id "
             "LEFT JOIN sources f ON f.id = r.source_id "
-            "LEFT JOIN run_sessions l ON l.run_key = r.run_key "
             "WHERE s.system = ? ORDER BY v.time, s.id", (start, end, system))
-        derived = self._derived
-        return [row if row[15] is not None else (*row[:15], derived[row[6]], row[16])
-                for row in rows]
+        return [(*row[:15], sessions[row[15]], row[16]) for row in rows]
 
     def load(self) -> list[SeriesData]:
         """Every series with its values, sessions resolved (results DB, else derived)."""
@@ -880,15 +872,19 @@ class Store:
                                  str(a), str(b), when, jobid or "", value))
         return out
 
-    def _load(self, windows: bool = False) -> list[SeriesData]:
+    def _runs_sessions(self) -> tuple[dict[int, str], dict[int, str]]:
+        """Run id -> its session (the results DB's, else derived) and its job id."""
         import numpy as np  # the readers only (see the imports)
 
-        keys = self._series_keys()
         runs = self._query("SELECT r.id, COALESCE(r.session, l.session), r.time, r.jobid "
                            "FROM runs r LEFT JOIN run_sessions l ON l.run_key = r.run_key")
         derived = derive_sessions(np.array([r[2] for r in runs if r[1] is None], dtype=float))
-        run_session = {r[0]: r[1] if r[1] is not None else derived[r[2]] for r in runs}
-        run_job = {r[0]: r[3] for r in runs}
+        return ({r[0]: r[1] if r[1] is not None else derived[r[2]] for r in runs},
+                {r[0]: r[3] for r in runs})
+
+    def _load(self, windows: bool = False) -> list[SeriesData]:
+        keys = self._series_keys()
+        run_session, run_job = self._runs_sessions()
         bands = _Bands.read(self)
         out: list[SeriesData] = []
         try:

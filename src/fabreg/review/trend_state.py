@@ -127,6 +127,9 @@ def judge(series: SeriesData, state: State, alpha: float, min_shift_pct: float,
 #: Below this many series one process judges them all (forking costs more than it saves).
 PARALLEL_FROM = 20000
 
+#: The row of a series that has no state yet (``State()``): nothing to write.
+_NO_STATE = State().row()
+
 #: The windows and states a forked worker judges (set before the pool forks).
 _WORK: tuple[list[SeriesData], dict[int, tuple], float, float, int] | None = None
 
@@ -142,7 +145,7 @@ def _judge_range(bounds: tuple[int, int]) -> list[tuple]:
                                min_shift_pct, window)
         new = after.row()
         out.append((verdict.verdict, verdict.changes, verdict.noise_pct,
-                    new if new != (row or State().row()) else None))
+                    new if new != (row or _NO_STATE) else None))
     return out
 
 
