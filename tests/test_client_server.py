@@ -55,6 +55,17 @@ def test_ucx_perftest_on_loopback(tmp_path, tls, transport, test, size, kind):
 
 @pytest.mark.slow
 @needs_ucx
+def test_a_figure_inside_its_warning_band_is_measured_once(tmp_path, tls):
+    tls("tcp")
+    result = client_server.run(plan("tag_lat", 8, 500, figures=P50, repeats=3,
+                                    warn_limits={"latency": 1e9}, fail_limits={"latency": 2e9}),
+                               tmp_path)
+    assert result["returncode"] == 0 and len(result["runs"]) == 1
+    assert result["measurements"] == {"latency": 1} and result["confirmation"] == {}
+
+
+@pytest.mark.slow
+@needs_ucx
 def test_unavailable_transport_is_reported_and_not_repeated(tmp_path, tls):
     tls("rc")
     result = client_server.run(plan("tag_lat", 8, 10, figures=P50), tmp_path)
@@ -97,7 +108,7 @@ def test_the_confirmation_stops_at_the_first_run_that_no_longer_fails(tmp_path, 
     # The first batch runs with server and client squeezed onto one core, both polling (a
     # host slow for a while); the confirmation gets every core back.
     squeezed = plan("tag_lat", 8, 500, figures=P50, fail_limits={"latency": limit},
-                    confirm_span_s=10)
+                    warn_limits={"latency": limit}, confirm_span_s=10)
     pinned = ["taskset", "-c", str(cores[0])]
     squeezed.server, squeezed.client = [*pinned, *squeezed.server], [*pinned, *squeezed.client]
     busy = tmp_path / "busy"

@@ -83,3 +83,36 @@ def test_a_long_wait_for_a_quiet_host_does_not_eat_the_span(tmp_path, monkeypatc
         ["lat"], again, lambda keys: beyond_limit(values, limits, keys))
     assert times[0] - start >= 2.0
     assert times[1] - times[0] >= 0.99 and times[2] - times[0] >= 1.99, times
+
+
+# values measured so far, lower is better?, warning limit, repeats -> settled?
+SETTLING = [
+    ([50.0], True, 60.0, 3, True),            # inside its warning band: once is enough
+    ([70.0], True, 60.0, 3, False),           # within reach of its limit: repeat
+    ([70.0, 65.0, 61.0], True, 60.0, 3, True),  # the repeats are spent (then: confirmation)
+    ([70.0, 55.0], True, 60.0, 3, True),      # a repeat brought it inside
+    ([900.0], False, 1000.0, 3, False),       # a bandwidth below its warning limit
+    ([1100.0], False, 1000.0, 3, True),
+    ([100.0], True, None, 3, False),          # no reference: one value settles nothing
+    ([100.0, 103.0], True, None, 3, True),    # two that agree within SETTLED_SPREAD
+    ([100.0, 120.0], True, None, 3, False),
+    ([120.0, 100.0, 104.0], True, None, 5, True),  # the two best agree
+    ([1000.0, 700.0, 960.0], False, None, 5, True),
+    ([1000.0, 700.0], False, None, 5, False),
+    ([], True, None, 3, False),
+]
+
+
+@pytest.mark.parametrize("values,lower,warn,repeats,expected", SETTLING)
+def test_a_value_is_measured_as_often_as_its_verdict_needs(values, lower, warn, repeats,
+                                                           expected):
+    assert confirm.settled(values, lower, warn, repeats) is expected
+
+
+def test_unsettled_names_the_figures_that_need_another_measurement():
+    kept = confirm.Measurements({"lat": True, "bw": False, "rate": False})
+    kept.record({"lat": 5.0, "bw": 800.0, "rate": 10.0})
+    assert kept.unsettled({"lat": 6.0, "bw": 1000.0}, repeats=3) == ["bw", "rate"]
+    kept.record({"bw": 1200.0, "rate": 10.2})
+    assert kept.unsettled({"lat": 6.0, "bw": 1000.0}, repeats=3) == []
+    assert kept.as_dict()["measurements"] == {"lat": 1, "bw": 2, "rate": 2}

@@ -82,6 +82,10 @@ references:
     assert bw.deviation(800) == pytest.approx(-0.2)
     assert lat.reframe_tuple() == (10.0, None, 0.3, "us")
     assert bw.reframe_tuple() == (1000.0, -0.3, None, "MB/s")
+    # the limits an in-job driver measures against: settled inside warn, confirmed beyond fail
+    assert (lat.warning_limit, lat.failure_limit) == (pytest.approx(11), pytest.approx(13))
+    assert (bw.warning_limit, bw.failure_limit) == (pytest.approx(900), pytest.approx(700))
+    assert lat.verdict(lat.warning_limit * 0.999) == "ok" and bw.verdict(899) == "warn"
 
 
 @pytest.mark.parametrize("text,message", [

@@ -15,10 +15,22 @@ from test_workload_probes import OMPI_ROOT, make_probe
 
 from fabreg.run import launch
 from fabreg.run import repeat_probe as rp
+from fabreg.run.confirm import SETTLED_SPREAD
 from fabreg.run.parsers.probes import parse_matmul, parse_streams
 
 FIGURES = {"total": True, "distribute": True, "compute": True, "gather": True,
            "comm_fraction": True, "gflops": False}
+FANIN_FIGURES = {"rate_min": False, "loss_rate": True, "single_rate": False}
+
+
+def warning_limits(figures: dict[str, bool], settled: bool) -> dict[str, float]:
+    """Warning limits every value of these probes lies inside (``settled``: one run is
+    enough), or none does (every figure is measured ``repeats`` times)."""
+    inside, beyond = (1e12, -1.0) if settled else (-1.0, 1e12)
+    return {name: inside if lower else beyond for name, lower in figures.items()}
+
+
+NEVER_SETTLED = warning_limits(FIGURES, settled=False)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +55,7 @@ def _drive(tmp_path, probe, *options: str, **plan_fields):
 @pytest.mark.slow
 def test_each_figure_is_the_best_of_the_repeats_and_the_first_run_is_the_jobs_output(
         matmul, tmp_path):
-    proc, result = _drive(tmp_path, matmul, repeats=3)
+    proc, result = _drive(tmp_path, matmul, repeats=3, warn_limits=NEVER_SETTLED)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(result["launches"]) == 3
     for name, lower in FIGURES.items():
@@ -62,7 +74,8 @@ def test_each_figure_is_the_best_of_the_repeats_and_the_first_run_is_the_jobs_ou
 def test_a_figure_beyond_its_limit_is_measured_again_until_the_runs_are_spent(matmul, tmp_path):
     # No 256x256 multiply on two ranks reaches 1e6 GFLOP/s: every confirmation run fails.
     proc, result = _drive(tmp_path, matmul, repeats=3, fail_limits={"gflops": 1e6},
-                          confirm_runs=3, confirm_span_s=2.0, quiet_wait_s=5.0)
+                          warn_limits=NEVER_SETTLED, confirm_runs=3, confirm_span_s=2.0,
+                          quiet_wait_s=5.0)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(result["launches"]) == 6
     assert len(result["values"]["gflops"]) == 6 and len(result["values"]["total"]) == 3
@@ -74,11 +87,26 @@ def test_a_figure_beyond_its_limit_is_measured_again_until_the_runs_are_spent(ma
 
 
 @pytest.mark.slow
-def test_a_figure_within_its_limit_is_not_confirmed(matmul, tmp_path):
+def test_figures_inside_their_warning_bands_are_measured_once_and_not_confirmed(matmul,
+                                                                                 tmp_path):
     proc, result = _drive(tmp_path, matmul, repeats=3, fail_limits={"gflops": 1e-6,
-                                                                     "total": 1e6})
+                                                                     "total": 1e6},
+                          warn_limits=warning_limits(FIGURES, settled=True))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert len(result["launches"]) == 3 and result["confirmation"] == {}
+    assert len(result["launches"]) == 1 and result["confirmation"] == {}
+    assert result["measurements"] == dict.fromkeys(FIGURES, 1)
+
+
+@pytest.mark.slow
+def test_figures_without_a_reference_are_measured_until_two_runs_agree(matmul, tmp_path):
+    proc, result = _drive(tmp_path, matmul, repeats=3)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = len(result["launches"])
+    assert runs in (2, 3) and set(result["measurements"].values()) == {runs}
+    if runs == 2:  # every figure's two values agree (a value of 0 agrees only with 0)
+        for name, values in result["values"].items():
+            top = min(values) if FIGURES[name] else max(values)
+            assert abs(values[0] - values[1]) <= SETTLED_SPREAD * abs(top), (name, values)
 
 
 @pytest.mark.slow
@@ -101,7 +129,7 @@ def _drive_fanin(tmp_path, probe, **plan_fields):
     mpirun = ["mpirun.openmpi", "--oversubscribe", "-np"]
     plan = rp.Plan(command=[*mpirun, "3", str(probe)], options=["-p", "fanin", "-n", "300"],
                    probe="fabreg_streams",
-                   figures={"rate_min": False, "loss_rate": True, "single_rate": False},
+                   figures=FANIN_FIGURES, warn_limits=warning_limits(FANIN_FIGURES, False),
                    baseline=[*mpirun, "2", str(probe), "-p", "pairs", "-n", "300"],
                    baseline_figures={"rate_min": "single_rate"}, **plan_fields)
     plan.save(tmp_path / rp.PLAN)

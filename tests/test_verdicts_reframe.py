@@ -145,18 +145,36 @@ def test_a_failure_confirmed_on_a_quiet_host_fails_though_the_job_was_busy(tmp_p
 
 def test_values_measured_fewer_times_than_asked_say_why(tmp_path):
     # A repeat budget the whole-curve run alone spends: each size is measured once, and
-    # the run says so instead of judging one value as if it were the best of three.
+    # the run says so instead of judging one value as if it were the best of three. (No
+    # reference: a value is settled only by two measurements that agree.)
     checks = _checks(tmp_path)
-    (checks / "references" / "local.yaml").write_text(
-        UNREACHABLE.replace("value: 1000000000", "value: 1"))
+    (checks / "references" / "local.yaml").write_text("system: local\nreferences: []\n")
     proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL,
                        "-S", "repeat_budget=0.00001", checks=checks,
                        perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
-    assert "some sizes measured 1 of 3 times: the repeat budget (0 s) was spent" in out, out
+    assert "some sizes measured 1 of up to 3 times" in out, out
+    assert "the repeat budget (0 s) was spent" in out, out
     measured = json.loads(next((tmp_path / "output").rglob("measure.json")).read_text())
     assert [len(v) for v in measured["values"].values()] == [1, 1, 1]
+    assert len(measured["launches"]) == 1
+
+
+def test_values_inside_their_warning_bands_are_measured_once_and_the_perflog_says_so(
+        tmp_path):
+    checks = _checks(tmp_path)
+    (checks / "references" / "local.yaml").write_text(
+        UNREACHABLE.replace("value: 1000000000", "value: 1"))
+    proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL, checks=checks,
+                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    row = _row(tmp_path / "perflogs")
+    assert row["ref_status"] == "ok", row["ref_notes"]
+    assert set(json.loads(row["measurements"]).values()) == {1}, row["measurements"]
+    assert len(json.loads(row["measurements"])) == 3
+    measured = json.loads(next((tmp_path / "output").rglob("measure.json")).read_text())
     assert len(measured["launches"]) == 1
 
 

@@ -14,11 +14,15 @@ wall time the way the in-job drivers recorded it:
 - **ReFrame**: its stages around the job (setup, build, sanity, performance); ReFrame's
   polling is inside the job's time, the time a case waits for other cases is left out.
 
-Prints, per family and system, the median case's figures and the ratio of its total to its
-floor, side by side for every system given.
+Prints, per family and system, the median case's figures, the launches it made and the
+ratio of its total to its floor, side by side for every system given; then each session's
+wall time and where the time went. ``--before REV`` runs every session a second time with
+the suite as it was at REV (a git worktree: its checks, its config and its ``fabreg``
+package), printed beside the current one.
 
 Usage:
-  python ci/bench/cost_bench.py [--system local] [--system minicluster] [-- RFM_OPTIONS...]
+  python ci/bench/cost_bench.py [--system local] [--system minicluster] [--before REV]
+                                [-- RFM_OPTIONS...]
   python ci/bench/cost_bench.py --report run-report.json [--report ...]
 """
 
@@ -32,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,18 +47,28 @@ RESULTS = ("measure.json", "repeat-probe.json", "client-server.json", "tail-envi
 PARTS = ("floor", "pilot", "more", "job_other", "reframe")
 
 
-def run_suite(system: str, rfm_args: list[str], workdir: Path) -> Path:
-    """One ReFrame session on ``system``; returns its JSON report."""
-    report = workdir / f"report-{system}.json"
-    cmd = [str(REFRAME), "-C", str(REPO / "reframe-config.py"), "-c", str(REPO / "checks"),
-           "-r", "--system", system, "--prefix", str(workdir / system), "--report-file",
+def run_suite(system: str, rfm_args: list[str], workdir: Path, repo: Path = REPO,
+              label: str = "") -> Path:
+    """One ReFrame session on ``system`` with the suite in ``repo``; returns its JSON report
+    (its system named ``system (label)`` where a label is given)."""
+    name = f"{system}-{label}" if label else system
+    report = workdir / f"report-{name}.json"
+    cmd = [str(REFRAME), "-C", str(repo / "reframe-config.py"), "-c", str(repo / "checks"),
+           "-r", "--system", system, "--prefix", str(workdir / name), "--report-file",
            str(report), *rfm_args]
-    env = dict(os.environ, FABREG_PERFLOG_DIR=str(workdir / system / "perflogs"))
-    print(f"# running: {' '.join(cmd[3:])}", file=sys.stderr, flush=True)
-    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   check=False)
+    env = dict(os.environ, FABREG_PERFLOG_DIR=str(workdir / name / "perflogs"))
+    if repo != REPO:  # the suite's own package at that revision, in ReFrame and in the jobs
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo / "src"),
+                                                          env.get("PYTHONPATH")]))
+    print(f"# running ({label or 'now'}): {' '.join(cmd[3:])}", file=sys.stderr, flush=True)
+    subprocess.run(cmd, env=env, cwd=repo, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=False)
     if not report.exists():
-        raise SystemExit(f"cost_bench: ReFrame wrote no report for {system}")
+        raise SystemExit(f"cost_bench: ReFrame wrote no report for {name}")
+    if label:
+        data = json.loads(report.read_text())
+        data["fabreg_label"] = label
+        report.write_text(json.dumps(data))
     return report
 
 
@@ -88,17 +103,32 @@ def case_costs(case: dict) -> dict[str, float] | None:
     more = sum(launches[1:])
     return {"floor": floor, "pilot": pilot, "more": more,
             "job_other": max(0.0, job - floor - more - pilot),
-            "reframe": reframe, "total": job + reframe}
+            "reframe": reframe, "total": job + reframe, "launches": len(launches)}
 
 
 def family(case: dict) -> str:
     return str(case.get("display_name") or case.get("name", "?")).split()[0]
 
 
-def read_report(path: Path) -> tuple[str, dict[str, list[dict[str, float]]], int]:
+@dataclass
+class Session:
+    """What one ReFrame session's report says of its cost."""
+
+    system: str
+    by_family: dict[str, list[dict[str, float]]]
+    #: Cases that measured nothing (skipped or failed).
+    skipped: int
+    #: The session's wall time and its cases' verdicts.
+    seconds: float
+    passed: int
+    failed: int
+
+
+def read_report(path: Path) -> Session:
     data = json.loads(path.read_text())
     by_family: dict[str, list[dict[str, float]]] = defaultdict(list)
     system, skipped = "?", 0
+    info = data.get("session_info", {})
     for run in data.get("runs", []):
         for case in run.get("testcases", []):
             system = str(case.get("system", system)).split(":")[0]
@@ -107,42 +137,51 @@ def read_report(path: Path) -> tuple[str, dict[str, list[dict[str, float]]], int
                 skipped += 1
                 continue
             by_family[family(case)].append(costs)
-    return system, by_family, skipped
+    if label := data.get("fabreg_label"):
+        system = f"{system} ({label})"
+    return Session(system, by_family, skipped, float(info.get("time_elapsed") or 0),
+                   int(info.get("num_cases", 0)) - int(info.get("num_failures", 0))
+                   - int(info.get("num_skipped", 0)), int(info.get("num_failures", 0)))
 
 
 def median_case(cases: list[dict[str, float]]) -> dict[str, float]:
-    return {k: statistics.median(c[k] for c in cases) for k in (*PARTS, "total")}
+    return {k: statistics.median(c[k] for c in cases) for k in (*PARTS, "total", "launches")}
 
 
-def print_table(reports: list[tuple[str, dict[str, list[dict[str, float]]], int]]) -> None:
-    families = sorted({f for _, fams, _ in reports for f in fams})
+def print_table(reports: list[Session]) -> None:
+    families = sorted({f for r in reports for f in r.by_family})
     print("# cost of one case, median over the family's passing cases (seconds); "
-          "ratio = total / floor")
-    head = f"{'family':18}" + "".join(f" | {s[:28]:>28}" for s, _, _ in reports)
-    print(head)
-    print(f"{'':18}" + "".join(f" | {'n  total  floor  ratio':>28}" for _ in reports))
+          "l = launches, ratio = total / floor")
+    width = 32
+    print(f"{'family':18}" + "".join(f" | {r.system[:width]:>{width}}" for r in reports))
+    print(f"{'':18}" + "".join(f" | {'n  l  total  floor  ratio':>{width}}" for _ in reports))
     for fam in families:
         cells = []
-        for _, fams, _ in reports:
-            cases = fams.get(fam)
+        for r in reports:
+            cases = r.by_family.get(fam)
             if not cases:
-                cells.append(f" | {'-':>28}")
+                cells.append(f" | {'-':>{width}}")
                 continue
             m = median_case(cases)
             ratio = m["total"] / m["floor"] if m["floor"] > 0 else float("inf")
-            cells.append(f" | {len(cases):>3} {m['total']:6.1f} {m['floor']:6.2f} "
-                         f"{ratio:6.1f}x")
+            cell = (f"{len(cases):>3} {m['launches']:>2g} {m['total']:6.1f} {m['floor']:6.2f} "
+                    f"{ratio:6.1f}x")
+            cells.append(f" | {cell:>{width}}")
         print(f"{fam:18}" + "".join(cells))
-    print("\n# where the time goes: shares of all passing cases' total (floor / pilot / more "
-          "launches / in job other / ReFrame)")
-    for system, fams, skipped in reports:
-        sums = {k: sum(c[k] for cases in fams.values() for c in cases)
-                for k in (*PARTS, "total")}
+    print("\n# each session: wall time, cases, launches; where its cases' time went (floor / "
+          "pilot / more launches / in job other / ReFrame's stages)")
+    for r in reports:
+        cases = [c for cs in r.by_family.values() for c in cs]
+        sums = {k: sum(c[k] for c in cases) for k in (*PARTS, "total", "launches")}
         total = sums["total"] or 1.0
         shares = "  ".join(f"{k} {100 * sums[k] / total:4.1f}%" for k in PARTS)
-        print(f"{system:14} {sum(len(c) for c in fams.values()):4} cases "
-              f"{sums['total']:7.1f} s: {shares}  ({skipped} cases measured nothing: "
-              "skipped or failed)")
+        print(f"{r.system:24} {r.seconds:7.1f} s  {r.passed:4} passed {r.failed:3} failed  "
+              f"{sum(len(c) for c in r.by_family.values()):4} measured "
+              f"({sums['launches']:.0f} launches, {sums['total']:.1f} s): {shares}  "
+              f"({r.skipped} cases measured nothing: skipped or failed)")
+    if len(reports) == 2 and reports[0].seconds:
+        print(f"\n# wall time {reports[1].system} / {reports[0].system}: "
+              f"{reports[1].seconds / reports[0].seconds:.2f}")
 
 
 def main() -> None:
@@ -151,15 +190,29 @@ def main() -> None:
                         help="run the suite on this system (repeatable; default local)")
     parser.add_argument("--report", action="append", default=[], type=Path,
                         help="read a finished run's JSON report instead (repeatable)")
+    parser.add_argument("--before", metavar="REV",
+                        help="also run each session with the suite at this git revision")
     parser.add_argument("rfm_args", nargs="*", help="after --: ReFrame options")
     args = parser.parse_args()
     reports = [read_report(p) for p in args.report]
     if not args.report or args.system:
         with tempfile.TemporaryDirectory(prefix="cost-bench-") as tmp:
-            for system in args.system or ["local"]:
-                reports.append(read_report(run_suite(system, args.rfm_args, Path(tmp))))
-            print_table(reports)
-            return
+            work = Path(tmp)
+            before = work / "before"
+            if args.before:
+                subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-f",
+                                str(before), args.before], check=True, capture_output=True)
+            try:
+                for system in args.system or ["local"]:
+                    if args.before:
+                        reports.append(read_report(run_suite(
+                            system, args.rfm_args, work, before, args.before)))
+                    reports.append(read_report(run_suite(
+                        system, args.rfm_args, work, label="now" if args.before else "")))
+            finally:
+                if args.before:
+                    subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
+                                    str(before)], capture_output=True)
     print_table(reports)
 
 

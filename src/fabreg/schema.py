@@ -35,6 +35,8 @@ NOT_PARAMETERS: frozenset[str] = frozenset({
     # of the repeated measurements, the first value of a re-measured failure and the host
     # control measured at the end of the job (fabreg.run.host_control).
     "verdicts", "interference", "exclusive", "spread", "confirmation", "host_control",
+    # How many measurements each value rests on (fabreg.run.confirm.settled).
+    "measurements",
     # Which host's baseline judged the run (references by host: local, minicluster).
     "host_key",
     # The tail environment one run reached: its target, the p99/p50 reached, the background

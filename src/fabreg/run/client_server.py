@@ -6,8 +6,9 @@ starts the server in the background, runs the client (retrying while the server 
 listening yet), keeps the client's output in a file and the server's in ``server.out``, and
 stops the server if it has not exited by itself. On one node both sides run there; on two
 nodes (a Slurm allocation) the server runs on the first node and the client on the second,
-each through ``srun``. The driver runs the pair ``repeats`` times (each on a port of its
-own, so that no server waits for the last one's port to be released), prints the first
+each through ``srun``. The driver runs the pair until each figure is settled, at most
+``repeats`` times (:func:`fabreg.run.confirm.settled`; each run on a port of its own, so
+that no server waits for the last one's port to be released), prints the first
 run's client output on stdout, reads the judged figures of every run, and has a figure
 whose best value crosses its failure limit measured again (:mod:`fabreg.run.confirm`).
 Everything it learnt goes to ``client-server.json``.
@@ -163,6 +164,10 @@ class Plan(JsonPlan):
     figures: dict[str, Figure] = field(default_factory=dict)
     #: Perf variable -> its failure limit, where a reference exists.
     fail_limits: dict[str, float] = field(default_factory=dict)
+    #: Perf variable -> its warning limit, where a reference exists: a figure whose first
+    #: value lies inside it needs no more runs (``fabreg.run.confirm.settled``).
+    warn_limits: dict[str, float] = field(default_factory=dict)
+    #: Runs of the pair at most before confirmation (fewer once every figure is settled).
     repeats: int = 3
     contended_share: float = CONTENDED_SHARE
     quiet_wait_s: float = 30.0
@@ -217,7 +222,8 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         sys.stdout.write(first.read_text(errors="replace"))
         sys.stdout.flush()
     if runs[0]["returncode"] == 0:
-        while len(runs) < plan.repeats:
+        while len(runs) < plan.repeats and measurements.unsettled(plan.warn_limits,
+                                                                  plan.repeats):
             measurements.record(pair())
         measurements.confirm(plan.fail_limits, Confirmation.of(plan, token, workdir),
                              lambda _: pair())

@@ -12,6 +12,10 @@ second in which other work leaves the host alone, and is metered by itself: a fa
 confirmed by a run on a quiet host is a failure even if other work took the CPUs during the
 rest of the job.
 
+Before any confirmation a driver measures each figure only as often as its verdict needs
+(:func:`settled`): once when the first value is inside its warning band, up to ``repeats``
+times when it is within reach of its failure limit or has no reference.
+
 Every in-job driver keeps its figures in a :class:`Measurements` and confirms through it:
 :mod:`fabreg.run.measure` (OSU, keyed by message size), :mod:`fabreg.run.tail_environment`
 (the quiet tail figures), :mod:`fabreg.run.client_server` (perftest and ucx_perftest) and
@@ -51,6 +55,35 @@ def spread(values: list[float], lower_is_better: bool) -> float:
 
 def crosses(value: float, limit: float, lower_is_better: bool) -> bool:
     return value > limit if lower_is_better else value < limit
+
+
+#: Without a reference, a value is settled once its two best measurements lie this close to
+#: each other (relative): its best is then the host's level, which trends follow, and not one
+#: lucky or unlucky run. Healthy repeats of OSU over TCP on the 2-core VM lie 1-4 % apart.
+SETTLED_SPREAD = 0.05
+
+
+def settled(values: list[float], lower_is_better: bool, warn_limit: float | None,
+            repeats: int) -> bool:
+    """Whether a figure needs no more plain measurements.
+
+    Interference only makes a value worse, so more measurements can only make its best
+    better: a best already inside its warning band is a pass with margin whatever they
+    would say, and one measurement is enough. A value within reach of its limit (or beyond
+    it) is measured up to ``repeats`` times; a failing one is then confirmed
+    (:class:`Confirmation`). Without a reference (``warn_limit`` None) the value is settled
+    once its two best measurements agree within :data:`SETTLED_SPREAD`.
+    """
+    if len(values) >= repeats:
+        return True
+    if not values:
+        return False
+    if warn_limit is not None:
+        return not crosses(best(values, lower_is_better), warn_limit, lower_is_better)
+    if len(values) < 2:
+        return False
+    top, second = sorted(values, reverse=not lower_is_better)[:2]
+    return abs(top - second) <= SETTLED_SPREAD * abs(top)
 
 
 @dataclass(frozen=True)
@@ -159,6 +192,11 @@ class Measurements:
     def best(self) -> dict[str, float]:
         return {n: best(v, self.lower_is_better[n]) for n, v in self.values.items() if v}
 
+    def unsettled(self, warn_limits: Mapping[str, float], repeats: int) -> list[str]:
+        """The figures that need another plain measurement (:func:`settled`)."""
+        return [n for n, lower in self.lower_is_better.items()
+                if not settled(self.values.get(n, []), lower, warn_limits.get(n), repeats)]
+
     def failing(self, limits: Mapping[str, float], names: Iterable[str] | None = None) -> list[str]:
         """The figures (of ``names``, default all) whose best value crosses its limit."""
         bounds = {n: Limit(v, self.lower_is_better[n]) for n, v in limits.items()
@@ -183,6 +221,8 @@ class Measurements:
             "best": self.best(),
             "spread": {n: round(spread(v, self.lower_is_better[n]), 4)
                        for n, v in self.values.items() if v},
+            # How many measurements each figure rests on, confirmation runs included.
+            "measurements": {n: len(v) for n, v in self.values.items() if v},
             "confirmation": self.first,
             "quiet_confirmations": self.quiet,
         }

@@ -8,8 +8,9 @@ of the benchmark; it:
 
 1. runs the benchmark over its whole size curve once (the sanity run, printed on stdout
    as the benchmark printed it);
-2. repeats it at the asserted sizes until each has ``repeats`` values or the time budget
-   is spent;
+2. repeats it at the asserted sizes that are not settled yet (``fabreg.run.confirm.settled``:
+   a value inside its warning band after one measurement; otherwise up to ``repeats``
+   values, or two that agree where there is no reference) until the time budget is spent;
 3. re-measures a size whose best value still crosses its failure limit, spread in time and
    on a quiet host (:mod:`fabreg.run.confirm`): only a failure that reproduces is
    *confirmed*;
@@ -80,8 +81,12 @@ class Plan(JsonPlan):
     sizes: list[int]
     lower_is_better: bool
     fail_limits: dict[int, float] = field(default_factory=dict)
+    #: The asserted sizes' warning limits, where a reference exists: a size whose first value
+    #: lies inside it is not repeated (``fabreg.run.confirm.settled``).
+    warn_limits: dict[int, float] = field(default_factory=dict)
     #: The column of the table that is judged (None: the first).
     column: str | None = None
+    #: Measurements of a size at most before confirmation (fewer where the first settle it).
     repeats: int = 3
     #: Seconds after which no more plain repeats start (confirmation still runs).
     budget_s: float = 120.0
@@ -105,8 +110,8 @@ class Plan(JsonPlan):
 
     @classmethod
     def decoded(cls, data: dict[str, Any]) -> dict[str, Any]:
-        limits = data.get("fail_limits", {})
-        return {**data, "fail_limits": {int(k): float(v) for k, v in limits.items()}}
+        return {**data, **{name: {int(k): float(v) for k, v in data.get(name, {}).items()}
+                           for name in ("fail_limits", "warn_limits")}}
 
 
 def table_complete(sizes: list[int]) -> Completion:
@@ -191,21 +196,23 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
         opts = [o.format(low=low, high=high) for o in plan.repeat_options]
         return launch(opts + counts, [s for s in plan.full_sizes if low <= s <= high])
 
-    def short() -> list[str]:
-        return [n for n in measurements.lower_is_better
-                if len(measurements.values.get(n, [])) < plan.repeats]
-
+    warn_limits = {str(s): v for s, v in plan.warn_limits.items()}
     got = measurements.record(launch(plan.full_options + counts, plan.full_sizes, echo=True))
     first = launches[0]
+    unsettled: list[str] = []
     if len(got) == len(plan.sizes) and not (first.returncode and not first.hung_after_results):
-        while time.monotonic() - start < plan.budget_s and (names := short()):
-            if not measurements.record(repeat(names)):
+        while unsettled := measurements.unsettled(warn_limits, plan.repeats):
+            if time.monotonic() - start >= plan.budget_s:
+                break
+            if not set(measurements.record(repeat(unsettled))) & set(unsettled):
                 break  # a repeat that prints nothing will not start printing
     limits = {str(s): v for s, v in plan.fail_limits.items()}
     measurements.confirm(limits, Confirmation.of(plan, token, workdir), repeat)
     interference = meter.stop()
     result = {
         **measurements.as_dict(),
+        # The sizes the time budget left with fewer measurements than they needed.
+        "unsettled": unsettled,
         **interference.job_summary(plan.contended_share),
         "host_control": host_control.after_job(token, plan.contended_share,
                                                bool(measurements.failing(limits))),

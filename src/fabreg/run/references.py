@@ -47,12 +47,21 @@ class Reference:
         rel = (measured - self.value) / self.value
         return -rel if self.lower_is_better else rel
 
+    def _limit(self, tolerance: float) -> float:
+        if self.lower_is_better:
+            return self.value * (1 + tolerance)
+        return self.value * (1 - min(tolerance, 1.0))
+
     @property
     def failure_limit(self) -> float:
         """The value beyond which a result fails (the edge of ReFrame's band)."""
-        if self.lower_is_better:
-            return self.value * (1 + self.fail)
-        return self.value * (1 - min(self.fail, 1.0))
+        return self._limit(self.fail)
+
+    @property
+    def warning_limit(self) -> float:
+        """The value beyond which a result is a warning: a value inside it passes with the
+        margin between the two bands, however many more measurements were made."""
+        return self._limit(self.warn)
 
     def verdict(self, measured: float) -> str:
         """``ok``, ``warn`` or ``fail`` for a measured value."""

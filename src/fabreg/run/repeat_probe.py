@@ -2,7 +2,8 @@
 
 A single run of a probe is a one-shot value: on a healthy 2-core VM the distribution phase
 of a 512x512 matrix multiply took 9 ms in most runs and 35 ms in one. The job runs this
-driver instead of the probe: it launches the probe ``repeats`` times (each launch through
+driver instead of the probe: it launches the probe until each figure is settled, at most
+``repeats`` times (:func:`fabreg.run.confirm.settled`; each launch through
 :mod:`fabreg.run.launch`, so one that hangs after its complete block is ended with its
 results kept), prints the first run's output on stdout (sanity reads it), judges each figure
 by its best run (interference only makes a time longer, a rate lower) and has a figure whose
@@ -69,6 +70,10 @@ class Plan(JsonPlan):
     figures: dict[str, bool] = field(default_factory=dict)
     #: Perf variable -> its failure limit, where a reference exists.
     fail_limits: dict[str, float] = field(default_factory=dict)
+    #: Perf variable -> its warning limit, where a reference exists: a figure whose first
+    #: value lies inside it needs no more runs (``fabreg.run.confirm.settled``).
+    warn_limits: dict[str, float] = field(default_factory=dict)
+    #: Runs at most before confirmation (fewer once every figure is settled).
     repeats: int = 3
     #: Seconds a probe may go on after printing its complete block before it is ended.
     grace_s: float = 20.0
@@ -132,8 +137,9 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
 
     measurements.record(once())
     if launches[0].returncode == 0 or launches[0].hung_after_results:
-        while len(launches) < plan.repeats:
-            measurements.record(once())
+        while len(launches) < plan.repeats and (
+                unsettled := measurements.unsettled(plan.warn_limits, plan.repeats)):
+            measurements.record(once(unsettled))
         measurements.confirm(plan.fail_limits, Confirmation.of(plan, token, workdir), once)
     interference = meter.stop()
     first = launches[0]

@@ -56,7 +56,8 @@ class ClientServerCheck(ConfirmedValues, FabregCheck):
         figures = self.figures()
         client_server.Plan(
             server=server, client=client, nodes=self.nodes, figures=figures,
-            fail_limits=self.failure_limits(figures), **self.confirmation_settings(),
+            fail_limits=self.failure_limits(figures), warn_limits=self.warning_limits(figures),
+            **self.confirmation_settings(),
         ).save(Path(self.stagedir, client_server.PLAN))
         self.env_vars[HARNESS_VARIABLE] = harness_identity()
         self.job.launcher = getlauncher("local")()

@@ -57,7 +57,9 @@ from fabreg.testlib.base import stage_json
 class ConfirmedValues(rfm.RegressionTestPlugin):
     """Mixin: an in-job driver measured and confirmed the values; qualify their verdicts."""
 
-    #: Measurements of each asserted value; the best one is judged.
+    #: Measurements of each asserted value at most before confirmation; the best one is
+    #: judged. Fewer where the first settle it (``fabreg.run.confirm.settled``): one when it
+    #: lies inside its warning band, two that agree when it has no reference.
     #:
     #: :type: ``int``
     #: :default: ``3``
@@ -84,6 +86,13 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
     #: :type: ``int``
     #: :default: ``fabreg.run.confirm.CONFIRM_RUNS`` (10)
     confirm_runs = variable(int, value=CONFIRM_RUNS, loggable=False)
+    #: Perf variable -> how many measurements its value rests on, confirmation runs included
+    #: (perflog): one when the first lay inside its warning band, up to ``repeats`` when it
+    #: was within reach of its limit or had no reference, more when it was confirmed.
+    #:
+    #: :type: ``dict``
+    #: :default: ``{}``
+    measurements = variable(dict, value={}, loggable=True)
     #: Perf variable -> relative distance of its worst measurement from its best (perflog).
     #:
     #: :type: ``dict``
@@ -143,6 +152,8 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
         self.exclusive = str(result["exclusive"])
         self.spread = {var: result["spread"][key] for key in result["spread"]
                        for var in self.variables_of(key)}
+        self.measurements = {var: len(values) for key, values in result["values"].items()
+                             for var in self.variables_of(key) if values}
         self.confirmation = {var: first for key, first in result["confirmation"].items()
                              for var in self.variables_of(key)}
         self.host_control = dict(result.get("host_control", {}))
@@ -257,15 +268,15 @@ class RepeatedMeasurement(ConfirmedValues):
 
     @run_before("performance")
     def warn_of_few_measurements(self) -> None:
-        """Say so when the time budget ended the repeats before every size had ``repeats``
-        values: the best of fewer is judged (a failing one is still confirmed)."""
+        """Say so when the time budget ended the repeats before every size was settled: the
+        best of fewer is judged (a failing one is still confirmed)."""
         result = self.measured()
-        if result is None or not result["launches"]:
+        if result is None or not result["launches"] or not result.get("unsettled"):
             return
-        fewest = min((len(v) for v in result["values"].values()), default=0)
-        if 0 < fewest < self.repeats:
-            first = float(result["launches"][0]["seconds"])
-            getlogger().warning(
-                f"{self.display_name}: some sizes measured {fewest} of {self.repeats} times: "
-                f"the repeat budget ({self.budget_seconds():.0f} s) was spent, the whole-curve "
-                f"run alone took {first:.0f} s; the best of those is judged")
+        fewest = min(len(result["values"].get(size, [])) for size in result["unsettled"])
+        first = float(result["launches"][0]["seconds"])
+        getlogger().warning(
+            f"{self.display_name}: some sizes measured {fewest} of up to {self.repeats} "
+            f"times ({', '.join(result['unsettled'])} not settled): the repeat budget "
+            f"({self.budget_seconds():.0f} s) was spent, the whole-curve run alone took "
+            f"{first:.0f} s; the best of those is judged")

@@ -379,7 +379,7 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
         """The curve once with validation, then repeats at the asserted sizes."""
         metric, unit, _ = BENCHMARKS[self.benchmark]
         refs = self.references()
-        limits = {size: ref.failure_limit for size in self.perf_sizes
+        judged = {size: ref for size in self.perf_sizes
                   if (ref := refs.get(perfvar_name(metric, size)))}
         counts = (["-i", str(self.iterations)] if self.iterations else []) + (
             ["-x", str(self.warmup)] if self.warmup else [])
@@ -389,7 +389,9 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
             command=command, full_options=list(self.executable_opts),
             full_sizes=powers_of_two(1, self.max_size),
             repeat_options=["-m", "{low}:{high}", *counts], sizes=list(self.perf_sizes),
-            lower_is_better=lower_is_better(metric, unit), fail_limits=limits,
+            lower_is_better=lower_is_better(metric, unit),
+            fail_limits={size: ref.failure_limit for size, ref in judged.items()},
+            warn_limits={size: ref.warning_limit for size, ref in judged.items()},
             budget_s=self.budget_seconds(), grace_s=self.hang_grace, hang_note=self.hang_note(),
             iteration_kind=kind or "", curve_s=self.curve_seconds if costed else 0.0,
             **self.confirmation_settings())

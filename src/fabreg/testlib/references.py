@@ -164,6 +164,12 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
         refs = self.references()
         return {name: ref.failure_limit for name in names if (ref := refs.get(name))}
 
+    def warning_limits(self, names: Iterable[str]) -> dict[str, float]:
+        """Perf variable -> its warning limit, for those of ``names`` with a reference: a
+        value an in-job driver measured inside it needs no more measurements."""
+        refs = self.references()
+        return {name: ref.warning_limit for name in names if (ref := refs.get(name))}
+
     def qualify(self, assessments: list[Assessment]) -> dict[str, tuple[str, str]]:
         """Verdicts the measurement itself overrides, with why (``inconclusive``, ``flaky``).
 

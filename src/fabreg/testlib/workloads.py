@@ -150,7 +150,8 @@ class RepeatedProbe(ConfirmedValues):
         repeat_probe.Plan(
             command=[*self.launcher_argv(), self.probe_path()],
             options=list(self.executable_opts), probe=self.benchmark, figures=figures,
-            fail_limits=self.failure_limits(units), baseline=baseline,
+            fail_limits=self.failure_limits(units), warn_limits=self.warning_limits(units),
+            baseline=baseline,
             baseline_figures=recorded, hang_note=self.hang_note(),
             **self.confirmation_settings(),
         ).save(Path(self.stagedir, repeat_probe.PLAN))
