@@ -116,3 +116,79 @@ def test_unsettled_names_the_figures_that_need_another_measurement():
     kept.record({"bw": 1200.0, "rate": 10.2})
     assert kept.unsettled({"lat": 6.0, "bw": 1000.0}, repeats=3) == []
     assert kept.as_dict()["measurements"] == {"lat": 1, "bw": 2, "rate": 2}
+
+
+class QuietMeter:
+    """The confirmation runs' own meter on a quiet host (the real one is tested with real
+    runs in test_verdicts_reframe.py; here this test's own process would count as other work)."""
+
+    def __init__(self, *args) -> None:
+        pass
+
+    def start(self) -> QuietMeter:
+        return self
+
+    def stop(self) -> QuietMeter:
+        return self
+
+    def contended(self, share: float) -> bool:
+        return False
+
+
+def confirm_failing(tmp_path, series: list[float], notes, runs: int = 4, span: float = 0.3):
+    values, times, again = scripted(series)
+    limits = {"lat": Limit(40.0, lower_is_better=True)}
+    confirmation = Confirmation("token", tmp_path, runs=runs, span_s=span,
+                                lasting_failures=str(notes))
+    quiet = confirmation.confirm(["lat"], again, lambda keys: beyond_limit(values, limits, keys))
+    return confirmation, quiet, times
+
+
+def test_failures_of_one_cause_in_a_run_are_confirmed_together(tmp_path, monkeypatch):
+    monkeypatch.setattr(confirm, "JobMeter", QuietMeter)
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-2]")
+    monkeypatch.setenv("SLURM_JOB_ID", "41")
+    notes = tmp_path / "notes"
+    first, quiet, times = confirm_failing(tmp_path, [45.0] * 4, notes)
+    assert len(times) == 4 and quiet == {"lat": 4} and first.joined is None
+    noted = confirm.lasting_failure(notes / "node[1-2]")
+    assert noted.job == "41" and noted.last - noted.first >= 0.3
+    # The next job on the same nodes: the path has failed for longer than the span already,
+    # one quiet run that still fails confirms it, and the note keeps the first job's start.
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    second, quiet, times = confirm_failing(tmp_path, [45.0] * 4, notes)
+    assert len(times) == 1 and quiet == {"lat": 1} and second.joined == noted
+    again = confirm.lasting_failure(notes / "node[1-2]")
+    assert again.first == noted.first and again.job == "41" and again.last > noted.last
+    # A run that passes is no lasting failure: a job on the same path that recovers says so
+    third, quiet, times = confirm_failing(tmp_path, [30.0], notes)
+    assert len(times) == 1 and third.joined == again
+    # Other nodes are another path: their failure is confirmed in full.
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node[3-4]")
+    other, quiet, times = confirm_failing(tmp_path, [45.0] * 4, notes)
+    assert len(times) == 4 and other.joined is None
+
+
+def test_a_lasting_failure_too_young_or_too_old_is_confirmed_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(confirm, "JobMeter", QuietMeter)
+    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
+    notes = tmp_path / "notes"
+    now = time.time()
+    for first, last in ((now - 0.1, now),  # noted less than a span ago: could be a spell
+                        (now - 4000, now - confirm.LASTING_FAILURE_FRESH_S - 60)):  # stale
+        confirm.note_lasting_failure(notes / "local", confirm.LastingFailure(first, last, "7"))
+        confirmation, quiet, times = confirm_failing(tmp_path, [45.0] * 4, notes, span=1.0)
+        assert len(times) == 4 and confirmation.joined is None
+
+
+def test_a_failure_measured_only_on_a_busy_host_is_not_noted(tmp_path, monkeypatch):
+    notes = tmp_path / "notes"
+    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
+
+    class BusyMeter(QuietMeter):
+        def contended(self, share: float) -> bool:
+            return True
+
+    monkeypatch.setattr(confirm, "JobMeter", BusyMeter)
+    confirmation, quiet, times = confirm_failing(tmp_path, [45.0] * 4, notes)
+    assert len(times) == 4 and quiet == {} and not (notes / "local").exists()

@@ -143,6 +143,24 @@ def test_a_failure_confirmed_on_a_quiet_host_fails_though_the_job_was_busy(tmp_p
     assert set(measured["quiet_confirmations"].values()) == {3}
 
 
+def test_failures_on_one_path_in_a_run_are_confirmed_together(tmp_path):
+    """Two jobs of one run fail on the same path (here the same case, ``--repeat 2``): the
+    first confirms its failure over the span, the second joins it with one quiet run."""
+    proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL, "--repeat", "2",
+                       "-S", "confirm_span=3", "-S", "confirm_runs=3",
+                       "-S", "contended_share=1.0", checks=_checks(tmp_path),
+                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-4000:]
+    rows = _rows(tmp_path / "perflogs", "OsuBandwidth")
+    assert [r["ref_status"] for r in rows] == ["fail", "fail"], [r["ref_notes"] for r in rows]
+    first, second = (json.loads(r["measurements"]) for r in rows)
+    # 3 repeats each; the first job adds 3 confirmation runs, the second one
+    assert set(first.values()) == {6} and set(second.values()) == {4}, (first, second)
+    assert out.count("joined the lasting failure job") == 1, out[-4000:]
+    assert "one run on a quiet host confirmed it, instead of up to 3 over 3 s" in out
+
+
 def test_values_measured_fewer_times_than_asked_say_why(tmp_path):
     # A repeat budget the whole-curve run alone spends: each size is measured once, and
     # the run says so instead of judging one value as if it were the best of three. (No

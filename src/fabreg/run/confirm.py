@@ -24,6 +24,9 @@ Every in-job driver keeps its figures in a :class:`Measurements` and confirms th
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 import time
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -101,6 +104,52 @@ def beyond_limit(values: dict[Key, list[float]], limits: dict[Key, Limit],
         best(values[k], limits[k].lower_is_better), limits[k].value, limits[k].lower_is_better)]
 
 
+#: A lasting failure an earlier job of the run confirmed on the same path joins a new one's
+#: confirmation for this long after that job ended; later, the path is confirmed afresh.
+LASTING_FAILURE_FRESH_S = 600.0
+
+
+@dataclass(frozen=True)
+class LastingFailure:
+    """A failure that jobs of this run confirmed on one path (its nodes, MPI, transport): it
+    reproduced in every confirmation run from ``first`` to ``last`` (wall-clock seconds)."""
+
+    first: float
+    last: float
+    #: The job that first confirmed it (Slurm's job id, or the driver's process id).
+    job: str
+
+
+def path_note(notes: str) -> Path | None:
+    """The note of this job's path in the run's ``notes`` directory: one file per node list
+    (``SLURM_JOB_NODELIST``; ``local`` without Slurm); None when no directory is named."""
+    if not notes:
+        return None
+    return Path(notes) / os.environ.get("SLURM_JOB_NODELIST", "local").replace("/", "_")
+
+
+def lasting_failure(note: Path | None) -> LastingFailure | None:
+    """The lasting failure noted for this job's path, or None."""
+    try:
+        return LastingFailure(**json.loads(note.read_text())) if note else None
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def note_lasting_failure(note: Path | None, failure: LastingFailure) -> None:
+    """Leave ``failure`` where the run's later jobs on the same path look (atomically)."""
+    if note is None:
+        return
+    try:
+        note.parent.mkdir(parents=True, exist_ok=True)
+        tmp = note.with_name(f".{note.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(failure.__dict__) + "\n")
+        os.replace(tmp, note)
+    except OSError as err:  # a note is an economy: the job's own verdicts do not depend on it
+        print(f"fabreg: could not leave the lasting-failure note {note}: {err}",
+              file=sys.stderr)
+
+
 def wait_for_quiet(token: str, threshold: float, deadline: float) -> float:
     """Wait, one-second windows at a time, until other work takes at most ``threshold`` of
     this host's CPU or ``deadline`` (monotonic) passes; return the last window's share."""
@@ -124,13 +173,17 @@ class Confirmation:
     span_s: float = 60.0
     quiet_wait_s: float = 30.0
     contended_share: float = CONTENDED_SHARE
+    #: The run's directory of lasting failures per path (:func:`path_note`); empty: none.
+    lasting_failures: str = ""
+    #: The earlier job's lasting failure this confirmation joined, if it did.
+    joined: LastingFailure | None = None
 
     @classmethod
     def of(cls, plan: Any, token: str, workdir: Path) -> Confirmation:
         """The confirmation a driver's plan asks for (its ``confirm_runs``, ``confirm_span_s``,
-        ``quiet_wait_s`` and ``contended_share``)."""
+        ``quiet_wait_s``, ``contended_share`` and ``lasting_failures``)."""
         return cls(token, workdir, plan.confirm_runs, plan.confirm_span_s, plan.quiet_wait_s,
-                   plan.contended_share)
+                   plan.contended_share, getattr(plan, "lasting_failures", ""))
 
     def confirm(self, failing: list[Key], measure_again: Callable[[list[Key]], Collection[Key]],
                 still_failing: Callable[[list[Key]], list[Key]]) -> dict[Key, int]:
@@ -140,22 +193,36 @@ class Confirmation:
         keys it measured (their values recorded where ``still_failing`` reads them);
         ``still_failing(keys)`` says which of them still fail. Returns, per key, how many
         confirmation runs measured it on a quiet host.
+
+        Failures of one cause are confirmed together: where an earlier job of the run
+        confirmed a lasting failure on this job's path (its nodes, MPI and transport) at least
+        ``span_s`` ago and ended less than :data:`LASTING_FAILURE_FRESH_S` ago, the path has
+        already been slow for longer than a spell lasts, and one quiet run that still fails
+        confirms this job's failure (``joined``). A failure that every run confirms, on a
+        quiet host at least once, is noted for the run's later jobs.
         """
         quiet: dict[Key, int] = {}
         confirming = list(failing)
+        note = path_note(self.lasting_failures) if confirming else None
+        earlier, now = lasting_failure(note), time.time()
+        self.joined = earlier if earlier and now - earlier.first >= self.span_s and \
+            now - earlier.last <= LASTING_FAILURE_FRESH_S else None
+        runs = 1 if self.joined else self.runs
         quiet_left = self.quiet_wait_s
+        started = now
         # The span is counted from the first run's start, after its wait for a quiet host:
         # counted from before it, a long wait ate the span and the runs followed each other
         # 1.4 s apart instead of 2 s (CI, session 12).
         first: float | None = None
-        for run in range(self.runs if confirming else 0):
+        for run in range(runs if confirming else 0):
             if first is not None:
-                slot = first + self.span_s * run / max(self.runs - 1, 1)
+                slot = first + self.span_s * run / max(runs - 1, 1)
                 time.sleep(max(0.0, slot - time.monotonic()))
             waited_from = time.monotonic()
             wait_for_quiet(self.token, self.contended_share, waited_from + quiet_left)
             quiet_left = max(0.0, quiet_left - (time.monotonic() - waited_from))
-            first = time.monotonic() if first is None else first
+            if first is None:
+                first, started = time.monotonic(), time.time()
             own = self.workdir / f"meter-confirm{run + 1}"
             own.mkdir(exist_ok=True)
             meter = JobMeter(self.token, own).start()
@@ -166,6 +233,11 @@ class Confirmation:
             confirming = still_failing(confirming)
             if not confirming:
                 break  # a run that no longer fails: the failure did not reproduce
+        if confirming and any(quiet.get(key) for key in confirming):
+            job = os.environ.get("SLURM_JOB_ID", str(os.getpid()))
+            note_lasting_failure(note, LastingFailure(
+                self.joined.first if self.joined else started, time.time(),
+                self.joined.job if self.joined else job))
         return quiet
 
 
@@ -181,6 +253,8 @@ class Measurements:
     first: dict[str, float] = field(default_factory=dict)
     #: Perf variable -> confirmation runs that measured it on a quiet host.
     quiet: dict[str, int] = field(default_factory=dict)
+    #: The lasting failure of an earlier job on the same path that the confirmation joined.
+    joined: LastingFailure | None = None
 
     def record(self, figures: Mapping[str, float], names: Collection[str] = ()) -> list[str]:
         """Keep one run's ``figures`` (only ``names``, when given); return the names kept."""
@@ -213,6 +287,7 @@ class Measurements:
         self.quiet = confirmation.confirm(
             failing, lambda names: self.record(measure_once(names), names),
             lambda names: self.failing(limits, names))
+        self.joined = confirmation.joined
 
     def as_dict(self) -> dict[str, Any]:
         """What a driver's result file says of its figures (read by ``ConfirmedValues``)."""
@@ -225,4 +300,5 @@ class Measurements:
             "measurements": {n: len(v) for n, v in self.values.items() if v},
             "confirmation": self.first,
             "quiet_confirmations": self.quiet,
+            "joined_lasting_failure": self.joined.__dict__ if self.joined else None,
         }

@@ -102,6 +102,9 @@ class Plan(JsonPlan):
     confirm_span_s: float = 60.0
     #: Confirmation runs of a failing value at most.
     confirm_runs: int = CONFIRM_RUNS
+    #: The run's directory of lasting failures per path (``fabreg.run.confirm``): a failure
+    #: an earlier job confirmed on the same nodes joins this job's; empty: none.
+    lasting_failures: str = ""
     #: Whose iteration defaults the benchmark has (``fabreg.run.iteration_budget``); empty:
     #: no pilot.
     iteration_kind: str = ""

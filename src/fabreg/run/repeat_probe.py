@@ -85,6 +85,9 @@ class Plan(JsonPlan):
     confirm_span_s: float = 60.0
     #: Confirmation runs of a failing value at most.
     confirm_runs: int = CONFIRM_RUNS
+    #: The run's directory of lasting failures per path (``fabreg.run.confirm``): a failure
+    #: an earlier job confirmed on the same nodes joins this job's; empty: none.
+    lasting_failures: str = ""
     #: A launch (command and options) run before every run, e.g. one stream alone before
     #: the fan-in; empty: none.
     baseline: list[str] = field(default_factory=list)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,10 @@ from fabreg.errors import FabregError
 from fabreg.testlib.counters import FabricCounters
 from fabreg.testlib.jobs import SchedulerEndingMixin
 from fabreg.testlib.references import ReferencesMixin
+
+#: This ReFrame run (the checks' hooks run in its process): the notes its jobs leave each
+#: other (a hang after the results, a tail step, a lasting failure) are the run's own.
+RUN_ID = uuid.uuid4().hex[:12]
 
 
 def stage_json(stagedir: str, name: str) -> dict[str, Any] | None:

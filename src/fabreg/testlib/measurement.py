@@ -31,6 +31,7 @@ job alone), ``confirmation`` (the first value of each re-measured figure) and
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ from fabreg.run.interference import (
 )
 from fabreg.run.launch import KNOWN_HANG_GRACE_S
 from fabreg.run.references import Assessment
-from fabreg.testlib.base import stage_json
+from fabreg.testlib.base import RUN_ID, stage_json
 
 
 class ConfirmedValues(rfm.RegressionTestPlugin):
@@ -133,7 +134,15 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
         """How the in-job driver repeats and confirms: the fields every driver's plan shares."""
         return {"repeats": self.repeats, "contended_share": self.contended_share,
                 "quiet_wait_s": self.quiet_wait, "confirm_span_s": self.confirm_span,
-                "confirm_runs": self.confirm_runs}
+                "confirm_runs": self.confirm_runs, "lasting_failures": self.lasting_failures()}
+
+    def lasting_failures(self) -> str:
+        """Where this run's jobs of this partition, environment, transport and node count
+        note a lasting failure they confirmed, one file per node list
+        (``fabreg.run.confirm``): the stage directory's parent, which the job can write."""
+        nodes = getattr(self, "num_nodes", None) or getattr(self, "nodes", 1)
+        path = f"{getattr(self, 'transport', None) or 'any'}-{nodes}n"
+        return str(Path(self.stagedir).parent / f".fabreg-lasting-{RUN_ID}" / path)
 
     def variables_of(self, key: str) -> list[str]:
         """The perf variables a key of the driver's JSON stands for (itself by default)."""
@@ -157,6 +166,13 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
         self.confirmation = {var: first for key, first in result["confirmation"].items()
                              for var in self.variables_of(key)}
         self.host_control = dict(result.get("host_control", {}))
+        if joined := result.get("joined_lasting_failure"):
+            since = time.strftime("%H:%M:%S", time.localtime(float(joined["first"])))
+            getlogger().warning(
+                f"{self.display_name}: the failure of {', '.join(result['confirmation'])} "
+                f"joined the lasting failure job {joined['job']} confirmed on the same nodes "
+                f"and transport (failing since {since}): one run on a quiet host confirmed it, "
+                f"instead of up to {self.confirm_runs} over {self.confirm_span:g} s")
 
     def qualify(self, assessments: list[Assessment]) -> dict[str, tuple[str, str]]:
         result = self.measured()

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,14 @@ from reframe.core.logging import getlogger
 
 from fabreg.run import transport as tx
 from fabreg.run.parsers.transport_log import mvapich2_no_hca
-from fabreg.testlib.base import FabregCheck, max_nodes, node_counts, partitions, reframe_errors
+from fabreg.testlib.base import (
+    RUN_ID,
+    FabregCheck,
+    max_nodes,
+    node_counts,
+    partitions,
+    reframe_errors,
+)
 
 _warned: set[str] = set()
 
@@ -95,9 +101,6 @@ class ArgvLauncher(JobLauncher):
         fields = {"num_tasks": job.num_tasks, "num_tasks_per_node": per_node, "num_nodes": nodes}
         return [arg.format(**fields) for arg in self._argv]
 
-
-#: This ReFrame run (the checks' hooks run in its process): hang notes are the run's own.
-RUN_ID = uuid.uuid4().hex[:12]
 
 
 class MpiCheck(FabregCheck):
