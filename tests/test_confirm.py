@@ -192,3 +192,27 @@ def test_a_failure_measured_only_on_a_busy_host_is_not_noted(tmp_path, monkeypat
     monkeypatch.setattr(confirm, "JobMeter", BusyMeter)
     confirmation, quiet, times = confirm_failing(tmp_path, [45.0] * 4, notes)
     assert len(times) == 4 and quiet == {} and not (notes / "local").exists()
+
+
+def test_once_the_runs_confirmations_took_their_budget_a_failure_takes_one_run(tmp_path,
+                                                                               monkeypatch):
+    monkeypatch.setattr(confirm, "JobMeter", QuietMeter)
+    notes = tmp_path / "notes"
+
+    def failing_job(nodes: str, budget: float):
+        monkeypatch.setenv("SLURM_JOB_NODELIST", nodes)
+        values, times, again = scripted([45.0] * 4)
+        limits = {"lat": Limit(40.0, lower_is_better=True)}
+        confirmation = Confirmation("token", tmp_path, runs=4, span_s=0.3,
+                                    lasting_failures=str(notes), budget_s=budget)
+        confirmation.confirm(["lat"], again, lambda keys: beyond_limit(values, limits, keys))
+        return confirmation, times
+
+    first, times = failing_job("node[1-2]", budget=0.2)
+    assert len(times) == 4 and not first.over_budget
+    assert confirm.spent_seconds(str(notes)) >= 0.3
+    # other nodes, so no lasting failure to join: the spent budget alone shortens it
+    second, times = failing_job("node[3-4]", budget=0.2)
+    assert len(times) == 1 and second.over_budget and second.joined is None
+    third, times = failing_job("node[5-6]", budget=0)  # no bound
+    assert len(times) == 4 and not third.over_budget

@@ -177,6 +177,8 @@ class Plan(JsonPlan):
     #: The run's directory of lasting failures per path (``fabreg.run.confirm``): a failure
     #: an earlier job confirmed on the same nodes joins this job's; empty: none.
     lasting_failures: str = ""
+    #: Seconds the run's confirmations may take in all (0: no bound).
+    confirm_budget_s: float = 0.0
     #: Seconds one run may take before it is ended.
     run_timeout_s: float = 300.0
 

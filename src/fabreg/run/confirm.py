@@ -111,7 +111,7 @@ LASTING_FAILURE_FRESH_S = 600.0
 
 @dataclass(frozen=True)
 class LastingFailure:
-    """A failure that jobs of this run confirmed on one path (its nodes, MPI, transport): it
+    """A failure that jobs of this run confirmed on one path (a partition's nodes): it
     reproduced in every confirmation run from ``first`` to ``last`` (wall-clock seconds)."""
 
     first: float
@@ -150,6 +150,37 @@ def note_lasting_failure(note: Path | None, failure: LastingFailure) -> None:
               file=sys.stderr)
 
 
+#: The file, among a run's lasting-failure notes, where its jobs add up the seconds their
+#: confirmations took (one line per job, appended).
+SPENT = "confirmation-seconds"
+
+
+def spent_seconds(notes: str) -> float:
+    """The seconds the run's confirmations took so far (0 without a notes directory)."""
+    try:
+        lines = (Path(notes) / SPENT).read_text().split() if notes else []
+    except OSError:
+        return 0.0
+    return sum(float(x) for x in lines if x.replace(".", "", 1).isdigit())
+
+
+def add_spent(notes: str, seconds: float) -> None:
+    """Add one confirmation's ``seconds`` to the run's total (an append: jobs may end
+    together)."""
+    if not notes:
+        return
+    try:
+        Path(notes).mkdir(parents=True, exist_ok=True)
+        fd = os.open(Path(notes) / SPENT, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{seconds:.3f}\n".encode())
+        finally:
+            os.close(fd)
+    except OSError as err:
+        print(f"fabreg: could not add to the confirmation time in {notes}: {err}",
+              file=sys.stderr)
+
+
 def wait_for_quiet(token: str, threshold: float, deadline: float) -> float:
     """Wait, one-second windows at a time, until other work takes at most ``threshold`` of
     this host's CPU or ``deadline`` (monotonic) passes; return the last window's share."""
@@ -175,15 +206,21 @@ class Confirmation:
     contended_share: float = CONTENDED_SHARE
     #: The run's directory of lasting failures per path (:func:`path_note`); empty: none.
     lasting_failures: str = ""
+    #: Seconds the run's confirmations may take in all (0: no bound); beyond, a failure is
+    #: confirmed by one run on a quiet host.
+    budget_s: float = 0.0
     #: The earlier job's lasting failure this confirmation joined, if it did.
     joined: LastingFailure | None = None
+    #: Whether the run's confirmation budget was spent when this confirmation began.
+    over_budget: bool = False
 
     @classmethod
     def of(cls, plan: Any, token: str, workdir: Path) -> Confirmation:
         """The confirmation a driver's plan asks for (its ``confirm_runs``, ``confirm_span_s``,
         ``quiet_wait_s``, ``contended_share`` and ``lasting_failures``)."""
         return cls(token, workdir, plan.confirm_runs, plan.confirm_span_s, plan.quiet_wait_s,
-                   plan.contended_share, getattr(plan, "lasting_failures", ""))
+                   plan.contended_share, getattr(plan, "lasting_failures", ""),
+                   getattr(plan, "confirm_budget_s", 0.0))
 
     def confirm(self, failing: list[Key], measure_again: Callable[[list[Key]], Collection[Key]],
                 still_failing: Callable[[list[Key]], list[Key]]) -> dict[Key, int]:
@@ -195,11 +232,14 @@ class Confirmation:
         confirmation runs measured it on a quiet host.
 
         Failures of one cause are confirmed together: where an earlier job of the run
-        confirmed a lasting failure on this job's path (its nodes, MPI and transport) at least
+        confirmed a lasting failure on this job's path (the same nodes) at least
         ``span_s`` ago and ended less than :data:`LASTING_FAILURE_FRESH_S` ago, the path has
         already been slow for longer than a spell lasts, and one quiet run that still fails
         confirms this job's failure (``joined``). A failure that every run confirms, on a
-        quiet host at least once, is noted for the run's later jobs.
+        quiet host at least once, is noted for the run's later jobs. Once the run's
+        confirmations took ``budget_s`` in all, a failure is confirmed by one quiet run too
+        (``over_budget``): many failures at once are a broken fabric, and the run must end
+        in time to act on it.
         """
         quiet: dict[Key, int] = {}
         confirming = list(failing)
@@ -207,9 +247,11 @@ class Confirmation:
         earlier, now = lasting_failure(note), time.time()
         self.joined = earlier if earlier and now - earlier.first >= self.span_s and \
             now - earlier.last <= LASTING_FAILURE_FRESH_S else None
-        runs = 1 if self.joined else self.runs
+        self.over_budget = bool(confirming and not self.joined and self.budget_s > 0 and
+                                spent_seconds(self.lasting_failures) >= self.budget_s)
+        runs = 1 if self.joined or self.over_budget else self.runs
         quiet_left = self.quiet_wait_s
-        started = now
+        started, begun = now, time.monotonic()
         # The span is counted from the first run's start, after its wait for a quiet host:
         # counted from before it, a long wait ate the span and the runs followed each other
         # 1.4 s apart instead of 2 s (CI, session 12).
@@ -233,6 +275,8 @@ class Confirmation:
             confirming = still_failing(confirming)
             if not confirming:
                 break  # a run that no longer fails: the failure did not reproduce
+        if failing:
+            add_spent(self.lasting_failures, time.monotonic() - begun)
         if confirming and any(quiet.get(key) for key in confirming):
             job = os.environ.get("SLURM_JOB_ID", str(os.getpid()))
             note_lasting_failure(note, LastingFailure(
@@ -255,6 +299,8 @@ class Measurements:
     quiet: dict[str, int] = field(default_factory=dict)
     #: The lasting failure of an earlier job on the same path that the confirmation joined.
     joined: LastingFailure | None = None
+    #: Whether the run's confirmation budget was spent before this job confirmed.
+    over_budget: bool = False
 
     def record(self, figures: Mapping[str, float], names: Collection[str] = ()) -> list[str]:
         """Keep one run's ``figures`` (only ``names``, when given); return the names kept."""
@@ -287,7 +333,7 @@ class Measurements:
         self.quiet = confirmation.confirm(
             failing, lambda names: self.record(measure_once(names), names),
             lambda names: self.failing(limits, names))
-        self.joined = confirmation.joined
+        self.joined, self.over_budget = confirmation.joined, confirmation.over_budget
 
     def as_dict(self) -> dict[str, Any]:
         """What a driver's result file says of its figures (read by ``ConfirmedValues``)."""
@@ -301,4 +347,5 @@ class Measurements:
             "confirmation": self.first,
             "quiet_confirmations": self.quiet,
             "joined_lasting_failure": self.joined.__dict__ if self.joined else None,
+            "confirmation_over_budget": self.over_budget,
         }

@@ -105,6 +105,8 @@ class Plan(JsonPlan):
     #: The run's directory of lasting failures per path (``fabreg.run.confirm``): a failure
     #: an earlier job confirmed on the same nodes joins this job's; empty: none.
     lasting_failures: str = ""
+    #: Seconds the run's confirmations may take in all (0: no bound).
+    confirm_budget_s: float = 0.0
     #: Whose iteration defaults the benchmark has (``fabreg.run.iteration_budget``); empty:
     #: no pilot.
     iteration_kind: str = ""

@@ -88,6 +88,8 @@ class Plan(JsonPlan):
     #: The run's directory of lasting failures per path (``fabreg.run.confirm``): a failure
     #: an earlier job confirmed on the same nodes joins this job's; empty: none.
     lasting_failures: str = ""
+    #: Seconds the run's confirmations may take in all (0: no bound).
+    confirm_budget_s: float = 0.0
     #: A launch (command and options) run before every run, e.g. one stream alone before
     #: the fan-in; empty: none.
     baseline: list[str] = field(default_factory=list)

@@ -87,6 +87,12 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
     #: :type: ``int``
     #: :default: ``fabreg.run.confirm.CONFIRM_RUNS`` (10)
     confirm_runs = variable(int, value=CONFIRM_RUNS, loggable=False)
+    #: Seconds the confirmations of all the run's jobs may take in all (0: no bound); then a
+    #: failure is confirmed by one run on a quiet host (``fabreg.run.confirm``).
+    #:
+    #: :type: ``float``
+    #: :default: ``600.0``
+    confirm_budget = variable(float, value=600.0, loggable=False)
     #: Perf variable -> how many measurements its value rests on, confirmation runs included
     #: (perflog): one when the first lay inside its warning band, up to ``repeats`` when it
     #: was within reach of its limit or had no reference, more when it was confirmed.
@@ -134,15 +140,15 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
         """How the in-job driver repeats and confirms: the fields every driver's plan shares."""
         return {"repeats": self.repeats, "contended_share": self.contended_share,
                 "quiet_wait_s": self.quiet_wait, "confirm_span_s": self.confirm_span,
-                "confirm_runs": self.confirm_runs, "lasting_failures": self.lasting_failures()}
+                "confirm_runs": self.confirm_runs, "lasting_failures": self.lasting_failures(),
+                "confirm_budget_s": self.confirm_budget}
 
     def lasting_failures(self) -> str:
-        """Where this run's jobs of this partition, environment, transport and node count
-        note a lasting failure they confirmed, one file per node list
-        (``fabreg.run.confirm``): the stage directory's parent, which the job can write."""
-        nodes = getattr(self, "num_nodes", None) or getattr(self, "nodes", 1)
-        path = f"{getattr(self, 'transport', None) or 'any'}-{nodes}n"
-        return str(Path(self.stagedir).parent / f".fabreg-lasting-{RUN_ID}" / path)
+        """Where this run's jobs of this partition note a lasting failure they confirmed, one
+        file per node list (``fabreg.run.confirm``): a capped link slows every MPI and
+        transport over it, so the nodes are the path. In the partition's stage directory,
+        which the job can write."""
+        return str(Path(self.stagedir).parents[1] / f".fabreg-lasting-{RUN_ID}")
 
     def variables_of(self, key: str) -> list[str]:
         """The perf variables a key of the driver's JSON stands for (itself by default)."""
@@ -169,10 +175,15 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
         if joined := result.get("joined_lasting_failure"):
             since = time.strftime("%H:%M:%S", time.localtime(float(joined["first"])))
             getlogger().warning(
-                f"{self.display_name}: the failure of {', '.join(result['confirmation'])} "
+                f"{self.display_name}: the failure of {', '.join(self.confirmation)} "
                 f"joined the lasting failure job {joined['job']} confirmed on the same nodes "
-                f"and transport (failing since {since}): one run on a quiet host confirmed it, "
+                f"(failing since {since}): one run on a quiet host confirmed it, "
                 f"instead of up to {self.confirm_runs} over {self.confirm_span:g} s")
+        elif result.get("confirmation_over_budget"):
+            getlogger().warning(
+                f"{self.display_name}: the run's confirmations took their budget "
+                f"(confirm_budget={self.confirm_budget:g} s): the failure of "
+                f"{', '.join(self.confirmation)} was confirmed by one run on a quiet host")
 
     def qualify(self, assessments: list[Assessment]) -> dict[str, tuple[str, str]]:
         result = self.measured()
