@@ -352,6 +352,9 @@ def test_another_job_on_the_same_node_makes_a_failing_value_inconclusive(cluster
         proc = cluster.reframe(tmp_path / "run", "-n", "OsuBandwidth%transport=tcp%nodes=2",
                                "-p", "openmpi", "-S", "perf_sizes=1048576",
                                "-S", "iterations=20", "-S", "warmup=2", "-S", "quiet_wait=5",
+                               # the other job runs all along: no confirmation run is quiet,
+                               # three short ones tell it as well as the default ten
+                               "-S", "confirm_runs=3", "-S", "confirm_span=4",
                                checks=checks)
     finally:
         cluster.slurm("scancel", job)

@@ -92,10 +92,13 @@ def cpu_hogs(n: int):
 
 
 def test_a_failing_value_under_a_cpu_hog_is_inconclusive(tmp_path):
+    # The hogs run all along: no confirmation run finds a quiet host, however many there are
+    # and however long each waits, so three short ones tell the same as the default ten.
     with cpu_hogs(2):
         proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL,
-                           checks=_checks(tmp_path), perflog_dir=tmp_path / "perflogs",
-                           cwd=tmp_path)
+                           "-S", "confirm_runs=3", "-S", "confirm_span=4",
+                           "-S", "quiet_wait=4", checks=_checks(tmp_path),
+                           perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "inconclusive (other work took" in out

@@ -10,10 +10,16 @@ every link). Prints, side by side and per case, healthy runs failed or inconclus
 runs caught, and wall times. With ``--spans 0,60`` the healthy runs alternate between those
 confirmation spans (``confirm_span``: seconds over which a failing value's confirmation runs
 are spread) and are printed side by side: a spell in which the whole host runs slow fails a
-healthy run when its confirmation is measured at once, not when it is spread. Usage (from the
-repository root, as root):
+healthy run when its confirmation is measured at once, not when it is spread. Then the cost
+side: how many measurements a healthy and a capped value rest on (the perflog's
+``measurements``), and the wall time of one capped session of ``--session-jobs`` failing jobs
+on the same link (``--repeat``, as the acceptance mode runs), where all but the first join the
+first one's confirmation; with ``--before REV`` that session runs a second time with the suite
+as it was at REV (a git worktree: its checks and its ``fabreg`` package), side by side. Usage
+(from the repository root, as root):
 
     .venv/bin/python ci/bench/verdicts_bench.py --repetitions 10 [--nodes 4] [--spans 0,60]
+                                                [--session-jobs 3] [--before REV]
 """
 
 from __future__ import annotations
@@ -48,15 +54,19 @@ def run(cmd: list[str], env: dict[str, str], **kw) -> subprocess.CompletedProces
 
 
 def reframe(work: Path, checks: Path, env: dict[str, str], cases: list[tuple[str, str]],
-            *extra: str) -> tuple[dict[str, str], float]:
-    """One ReFrame session; returns each case's verdict (pass/fail/inconclusive/error) and
-    the session's seconds."""
+            *extra: str, repo: Path = REPO) -> tuple[dict[str, str], float]:
+    """One ReFrame session (with the suite in ``repo``); returns each case's verdict
+    (pass/fail/inconclusive/error) and the session's seconds."""
     work.mkdir(parents=True)
     start = time.monotonic()
     names = [arg for _, name in cases for arg in ("-n", name)]
-    run([str(REFRAME), "-C", str(REPO / "reframe-config.py"), "-c", str(checks), "--prefix",
-         str(work), "--system", "minicluster", "-r", *names, *COMMON, *extra],
-        dict(env, FABREG_PERFLOG_DIR=str(work / "perflogs")), cwd=work, timeout=1800)
+    env = dict(env, FABREG_PERFLOG_DIR=str(work / "perflogs"))
+    if repo != REPO:  # that revision's package, in ReFrame and in the jobs Slurm starts
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo / "src"),
+                                                          env.get("PYTHONPATH")]))
+    run([str(REFRAME), "-C", str(repo / "reframe-config.py"), "-c", str(checks), "--prefix",
+         str(work), "--system", "minicluster", "-r", *names, *COMMON, *extra], env, cwd=work,
+        timeout=3600)
     seconds = time.monotonic() - start
     verdicts = {}
     for check, _ in cases:
@@ -69,13 +79,25 @@ def reframe(work: Path, checks: Path, env: dict[str, str], cases: list[tuple[str
     return verdicts, seconds
 
 
-def last_row(work: Path, check: str) -> dict[str, str] | None:
-    """The last perflog row ``check`` wrote in the session ``work``, or None (none)."""
+def rows(work: Path, check: str) -> list[dict[str, str]]:
+    """The perflog rows ``check`` wrote in the session ``work``."""
     log = work / "perflogs" / "minicluster" / "compute" / f"{check}.log"
     if not log.is_file():
-        return None
+        return []
     lines = log.read_text().splitlines()
-    return dict(zip(lines[0].split("|"), lines[-1].split("|")))
+    return [dict(zip(lines[0].split("|"), line.split("|"))) for line in lines[1:]]
+
+
+def last_row(work: Path, check: str) -> dict[str, str] | None:
+    """The last perflog row ``check`` wrote in the session ``work``, or None (none)."""
+    return (rows(work, check) or [None])[-1]
+
+
+def measurements(works: list[Path], check: str) -> list[int]:
+    """How many measurements each value of these sessions' ``check`` rows rests on (the
+    perflog's ``measurements``; none where the suite logged no such column)."""
+    return [int(n) for work in works for row in rows(work, check)
+            for n in json.loads(row.get("measurements") or "{}").values()]
 
 
 def host_controls(works: list[Path], check: str) -> dict[str, list[float]]:
@@ -106,6 +128,10 @@ def main() -> int:
     parser.add_argument("--calibration-runs", type=int, default=8)
     parser.add_argument("--fractions", default="0.9,0.8,0.7,0.6,0.5",
                         help="link caps to try, as fractions of the calibrated bandwidth")
+    parser.add_argument("--session-jobs", type=int, default=3,
+                        help="failing jobs in the capped session that is timed (0: none)")
+    parser.add_argument("--before", metavar="REV",
+                        help="also time the capped session with the suite at this revision")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary directory (cluster logs, stage, perflogs)")
     args = parser.parse_args()
@@ -192,9 +218,48 @@ def main() -> int:
                             f"{'+' if ref['unit'] == 'us' else '-'}{ref['fail']:.0%})"
                             if ref else " (no baseline row)")
                     print(f"  {label:12} {name:15} {min(values):g}-{max(values):g}{base}")
-        print(json.dumps({"healthy": healthy, "half": half, "sweep": sweep}))
+        print()
+        for check, _ in cases:
+            for label, dirs in works.items():
+                counts = measurements(dirs, check)
+                if counts:
+                    print(f"{check}: measurements per value, {label}: median "
+                          f"{sorted(counts)[len(counts) // 2]}, {min(counts)}-{max(counts)} "
+                          f"over {len(counts)} values")
+        sessions = {}
+        if args.session_jobs:
+            trees = {"now": (REPO, checks)}
+            if args.before:
+                old = tmp / "before"
+                subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-f",
+                                str(old), args.before], check=True, capture_output=True)
+                old_checks = tmp / "checks-before"
+                shutil.copytree(checks, old_checks)
+                shutil.copy(old / "checks" / "osu.py", old_checks)
+                trees = {args.before: (old, old_checks), **trees}
+            rate = f"{int(value * 0.5 * 8)}mbit"
+            for label, (repo, where) in trees.items():
+                run([*cluster, "degrade", "node2", "--rate", rate], env, check=True)
+                try:
+                    work = tmp / f"session-{label}"
+                    _, took = reframe(work, where, env, cases, "--repeat",
+                                      str(args.session_jobs), repo=repo)
+                finally:
+                    run([*cluster, "restore"], env, check=True)
+                sessions[label] = {"seconds": round(took, 1), "verdicts": [
+                    r["result"] for check, _ in cases for r in rows(work, check)]}
+            print(f"\nlink at 1/2, one session of {args.session_jobs} jobs per case "
+                  f"(--repeat {args.session_jobs}): wall time, verdicts")
+            for label, session in sessions.items():
+                print(f"  {label:12} {session['seconds']:7.1f} s  "
+                      f"{', '.join(session['verdicts'])}")
+        print(json.dumps({"healthy": healthy, "half": half, "sweep": sweep,
+                          "sessions": sessions}))
     finally:
         run([*cluster, "down"], env, timeout=300)
+        if args.before:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
+                            str(tmp / "before")], capture_output=True)
         if args.keep:
             print(f"kept {tmp}", file=sys.stderr)
         else:

@@ -8,11 +8,14 @@ something else on every machine (a 2-core VM and an HDR fabric differ by orders 
 magnitude), so the job calibrates it: it walks a ladder of background intensities (burst
 size, messages in flight, share of time streaming) by bisection, each step a short run of
 the probe, until the loaded p99/p50 lands within ``tolerance`` of the target; then it
-measures ``repeats`` full runs at that setting. The run's later jobs of the same
-environment, collective, MPI, transport and node count (the other algorithms) try the step
-the last one chose first (``step_note``): on 4 MPICH nodes a calibration step takes 8-20 s,
-and three of four later jobs needed only that one step (session 15). The *quiet*
-environment runs no background.
+measures ``repeats`` full runs at that setting. A step whose quiet blocks already show a
+p99/p50 above the target's reach (the host's own tail: 2-18x on a 2-core VM) ends the
+calibration: no background can make the environment, its verdict is ``inconclusive``
+whatever more steps would show, and one run is measured for the perflog. The run's later
+jobs of the same environment, collective, MPI, transport and node count (the other
+algorithms) try the step the last one chose first (``step_note``): on 4 MPICH nodes a
+calibration step takes 8-20 s, and three of four later jobs needed only that one step
+(session 15). The *quiet* environment runs no background.
 A run whose planned iterations would take longer than ``run_s`` (4 busy-polling MPICH ranks
 on 2 cores: 28 s for 1,000) runs the count that fits, costed by the launch before it at the
 same setting (the chosen calibration step, then each run; the quiet environment's first run
@@ -92,6 +95,21 @@ class Calibration:
     @property
     def ratio(self) -> float:
         return dict(self.steps)[self.chosen]
+
+
+class OutOfReach(Exception):
+    """A calibration step showed the host's own tail already above the target: no background
+    can make the environment, and the outcome (``inconclusive``) is known."""
+
+    def __init__(self, quiet_ratio: float) -> None:
+        super().__init__(f"quiet p99/p50 {quiet_ratio:.2f}")
+        self.quiet_ratio = quiet_ratio
+
+
+def out_of_reach(quiet_ratio: float, target: float, tolerance: float = TOLERANCE) -> bool:
+    """Whether the host's own (quiet) tail lies above the environment's reach: a background
+    only adds to the tail, so no step can bring the loaded ratio back within the target."""
+    return quiet_ratio > target * (1 + tolerance)
 
 
 def calibrate(measure: Callable[[Background], float], target: float,
@@ -303,6 +321,7 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     calibration: Calibration | None = None
     background: Background | None = None
     hint: int | None = None
+    host_tail: float | None = None  # the quiet p99/p50 that put the target out of reach
     # ladder index -> the step's result and launch
     stepped: dict[int, tuple[TailLatencyResult, Launch]] = {}
     if target is not None:
@@ -312,13 +331,22 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
             index = LADDER.index(setting)
             result = launch(f"tail_calibrate{index}.out", [*short, *setting.options()])
             stepped[index] = (result, launches[-1])
-            return loaded_ratio(result)
+            calibration_steps.append((index, loaded_ratio(result)))
+            if out_of_reach(result.quiet.p99_over_p50, target, plan.tolerance):
+                raise OutOfReach(result.quiet.p99_over_p50)
+            return calibration_steps[-1][1]
         hint = noted_step(plan.step_note)
-        calibration = calibrate(step, target, LADDER, plan.tolerance, start=hint)
-        note_step(plan.step_note, calibration)
+        calibration_steps: list[tuple[int, float]] = []
+        try:
+            calibration = calibrate(step, target, LADDER, plan.tolerance, start=hint)
+            note_step(plan.step_note, calibration)
+        except OutOfReach as known:
+            # The outcome is known after this step: no more steps, one measured run.
+            host_tail = known.quiet_ratio
+            calibration = Calibration(calibration_steps, calibration_steps[-1][0])
         background = LADDER[calibration.chosen]
     final = base = [*plan.options, *(background.options() if background else [])]
-    runs = [f"tail_run{i}.out" for i in range(1, plan.repeats + 1)]
+    runs = [f"tail_run{i}.out" for i in range(1, (1 if host_tail else plan.repeats) + 1)]
     planned, blocks = _count(plan.options, "-i", 1000), _count(plan.options, "-k", 5)
     results: list[TailLatencyResult] = []
     # Each run is costed by the launch before it at the same setting: the chosen calibration
@@ -352,6 +380,9 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         "calibration": [{"step": i, **asdict(LADDER[i]), "ratio": round(r, 4)}
                         for i, r in (calibration.steps if calibration else [])],
         "calibration_started_at": hint,
+        # The quiet p99/p50 of the calibration step that showed the target out of this
+        # host's reach (calibration then stopped, and one run was measured); else None.
+        "host_tail_out_of_reach": host_tail,
         "strongest": target is not None and calibration is not None
         and calibration.chosen == len(LADDER) - 1,
         "gentlest": target is not None and calibration is not None and calibration.chosen == 0,
@@ -395,6 +426,11 @@ def judge(result: dict[str, Any], runs: list[TailLatencyResult], contended: str 
     if contended and not result["within_target"]:
         return Judgement("inconclusive", f"p99/p50 {reached:.2f} against the target "
                                          f"{target:g}; {contended}")
+    if host_tail := result.get("host_tail_out_of_reach"):
+        return Judgement("inconclusive", f"{environment} environment out of reach: the host's "
+                                         f"own tail (quiet p99/p50 {float(host_tail):.2f} in "
+                                         f"calibration) is already above the target {target:g}"
+                                         f" +/- {tolerance:.0%}; calibration stopped there")
     if 2 * len(higher) <= len(runs):
         problem = (f"p99/p50 not higher under background traffic in most runs (quiet -> "
                    f"loaded: {pairs})")
