@@ -18,11 +18,13 @@ Prints, per family and system, the median case's figures, the launches it made a
 ratio of its total to its floor, side by side for every system given; then each session's
 wall time and where the time went. ``--before REV`` runs every session a second time with
 the suite as it was at REV (a git worktree: its checks, its config and its ``fabreg``
-package), printed beside the current one.
+package), printed beside the current one. ``--calibrate N`` first runs N sessions and
+records this host's baseline from them (``fabreg references calibrate``), which then judges
+every timed session: a site's nightly, as against a fresh clone's first run.
 
 Usage:
   python ci/bench/cost_bench.py [--system local] [--system minicluster] [--before REV]
-                                [-- RFM_OPTIONS...]
+                                [--calibrate N] [-- RFM_OPTIONS...]
   python ci/bench/cost_bench.py --report run-report.json [--report ...]
 """
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -48,12 +51,14 @@ PARTS = ("floor", "pilot", "more", "job_other", "reframe")
 
 
 def run_suite(system: str, rfm_args: list[str], workdir: Path, repo: Path = REPO,
-              label: str = "") -> Path:
-    """One ReFrame session on ``system`` with the suite in ``repo``; returns its JSON report
-    (its system named ``system (label)`` where a label is given)."""
+              label: str = "", checks: Path | None = None) -> Path:
+    """One ReFrame session on ``system`` with the suite in ``repo`` (its checks, or
+    ``checks``); returns its JSON report (its system named ``system (label)`` where a label
+    is given)."""
     name = f"{system}-{label}" if label else system
     report = workdir / f"report-{name}.json"
-    cmd = [str(REFRAME), "-C", str(repo / "reframe-config.py"), "-c", str(repo / "checks"),
+    checks = checks or repo / "checks"
+    cmd = [str(REFRAME), "-C", str(repo / "reframe-config.py"), "-c", str(checks),
            "-r", "--system", system, "--prefix", str(workdir / name), "--report-file",
            str(report), *rfm_args]
     env = dict(os.environ, FABREG_PERFLOG_DIR=str(workdir / name / "perflogs"))
@@ -70,6 +75,35 @@ def run_suite(system: str, rfm_args: list[str], workdir: Path, repo: Path = REPO
         data["fabreg_label"] = label
         report.write_text(json.dumps(data))
     return report
+
+
+def copied_checks(repo: Path, to: Path) -> Path:
+    """The suite's checks of ``repo`` copied to ``to``, so that a baseline recorded here
+    never lands in a working tree."""
+    shutil.copytree(repo / "checks", to)
+    return to
+
+
+def calibrate(system: str, sessions: int, rfm_args: list[str], work: Path,
+              checks: list[Path]) -> None:
+    """Run ``sessions`` sessions of the current suite and record this host's baseline from
+    them into every one of ``checks`` (``fabreg references calibrate``)."""
+    db = work / f"calibrate-{system}.db"
+    fabreg = [sys.executable, "-m", "fabreg.cli"]
+    for i in range(sessions):
+        report = run_suite(system, rfm_args, work, label=f"calibration{i + 1}",
+                           checks=checks[-1])
+        perflogs = report.parent / report.stem.removeprefix("report-") / "perflogs"
+        subprocess.run([*fabreg, "ingest", "-q", "--db", str(db), str(perflogs)], check=True)
+    done = subprocess.run([*fabreg, "references", "calibrate", "--system", system, "--checks",
+                           str(checks[-1]), "--db", str(db)], capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"cost_bench: calibration failed: {done.stderr.strip()}")
+    print(f"# baseline from {sessions} sessions: {done.stdout.strip().splitlines()[-1]}",
+          file=sys.stderr, flush=True)
+    recorded = checks[-1] / "references" / system
+    for other in checks[:-1]:
+        shutil.copytree(recorded, other / "references" / system, dirs_exist_ok=True)
 
 
 def driver_result(case: dict) -> dict | None:
@@ -192,6 +226,8 @@ def main() -> None:
                         help="read a finished run's JSON report instead (repeatable)")
     parser.add_argument("--before", metavar="REV",
                         help="also run each session with the suite at this git revision")
+    parser.add_argument("--calibrate", type=int, default=0, metavar="N",
+                        help="record this host's baseline from N sessions first")
     parser.add_argument("rfm_args", nargs="*", help="after --: ReFrame options")
     args = parser.parse_args()
     reports = [read_report(p) for p in args.report]
@@ -204,11 +240,17 @@ def main() -> None:
                                 str(before), args.before], check=True, capture_output=True)
             try:
                 for system in args.system or ["local"]:
+                    trees = {"now": (REPO, copied_checks(REPO, work / f"checks-{system}-now"))}
                     if args.before:
+                        trees = {args.before: (before, copied_checks(
+                            before, work / f"checks-{system}-before")), **trees}
+                    if args.calibrate:
+                        calibrate(system, args.calibrate, args.rfm_args, work,
+                                  [checks for _, checks in trees.values()])
+                    for label, (repo, checks) in trees.items():
                         reports.append(read_report(run_suite(
-                            system, args.rfm_args, work, before, args.before)))
-                    reports.append(read_report(run_suite(
-                        system, args.rfm_args, work, label="now" if args.before else "")))
+                            system, args.rfm_args, work, repo,
+                            label if args.before or args.calibrate else "", checks)))
             finally:
                 if args.before:
                     subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",

@@ -79,7 +79,7 @@ def reframe(work: Path, checks: Path, env: dict[str, str], cases: list[tuple[str
     return verdicts, seconds
 
 
-def rows(work: Path, check: str) -> list[dict[str, str]]:
+def perflog_rows(work: Path, check: str) -> list[dict[str, str]]:
     """The perflog rows ``check`` wrote in the session ``work``."""
     log = work / "perflogs" / "minicluster" / "compute" / f"{check}.log"
     if not log.is_file():
@@ -90,13 +90,13 @@ def rows(work: Path, check: str) -> list[dict[str, str]]:
 
 def last_row(work: Path, check: str) -> dict[str, str] | None:
     """The last perflog row ``check`` wrote in the session ``work``, or None (none)."""
-    return (rows(work, check) or [None])[-1]
+    return (perflog_rows(work, check) or [None])[-1]
 
 
 def measurements(works: list[Path], check: str) -> list[int]:
     """How many measurements each value of these sessions' ``check`` rows rests on (the
     perflog's ``measurements``; none where the suite logged no such column)."""
-    return [int(n) for work in works for row in rows(work, check)
+    return [int(n) for work in works for row in perflog_rows(work, check)
             for n in json.loads(row.get("measurements") or "{}").values()]
 
 
@@ -247,7 +247,7 @@ def main() -> int:
                 finally:
                     run([*cluster, "restore"], env, check=True)
                 sessions[label] = {"seconds": round(took, 1), "verdicts": [
-                    r["result"] for check, _ in cases for r in rows(work, check)]}
+                    r["result"] for check, _ in cases for r in perflog_rows(work, check)]}
             print(f"\nlink at 1/2, one session of {args.session_jobs} jobs per case "
                   f"(--repeat {args.session_jobs}): wall time, verdicts")
             for label, session in sessions.items():

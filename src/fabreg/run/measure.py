@@ -9,8 +9,8 @@ of the benchmark; it:
 1. runs the benchmark over its whole size curve once (the sanity run, printed on stdout
    as the benchmark printed it);
 2. repeats it at the asserted sizes that are not settled yet (``fabreg.run.confirm.settled``:
-   a value inside its warning band after one measurement; otherwise up to ``repeats``
-   values, or two that agree where there is no reference) until the time budget is spent;
+   a value inside its warning band after one measurement; otherwise ``repeats`` values)
+   until the time budget is spent;
 3. re-measures a size whose best value still crosses its failure limit, spread in time and
    on a quiet host (:mod:`fabreg.run.confirm`): only a failure that reproduces is
    *confirmed*;

@@ -59,8 +59,8 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
     """Mixin: an in-job driver measured and confirmed the values; qualify their verdicts."""
 
     #: Measurements of each asserted value at most before confirmation; the best one is
-    #: judged. Fewer where the first settle it (``fabreg.run.confirm.settled``): one when it
-    #: lies inside its warning band, two that agree when it has no reference.
+    #: judged. One where the first lies inside its warning band
+    #: (``fabreg.run.confirm.settled``).
     #:
     #: :type: ``int``
     #: :default: ``3``
@@ -94,8 +94,8 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
     #: :default: ``600.0``
     confirm_budget = variable(float, value=600.0, loggable=False)
     #: Perf variable -> how many measurements its value rests on, confirmation runs included
-    #: (perflog): one when the first lay inside its warning band, up to ``repeats`` when it
-    #: was within reach of its limit or had no reference, more when it was confirmed.
+    #: (perflog): one when the first lay inside its warning band, ``repeats`` when it was
+    #: within reach of its limit or had no reference, more when it was confirmed.
     #:
     #: :type: ``dict``
     #: :default: ``{}``
