@@ -60,23 +60,17 @@ def stop(procs: list[subprocess.Popen]) -> None:
 
 
 def test_each_size_is_measured_repeatedly_and_the_best_is_kept(osu_latency, tmp_path):
-    # Without a reference a size is settled by two measurements that agree, else by three.
+    # Without a reference a size is measured `repeats` times: a baseline is made of it.
     result = measure.measure(plan(osu_latency), tmp_path)
+    assert [len(result["values"][s]) for s in ("8", "1024")] == [3, 3]
     for size in ("8", "1024"):
-        values = sorted(result["values"][size])
-        assert len(values) in (2, 3), values
-        if len(values) == 2:
-            assert values[1] - values[0] <= confirm.SETTLED_SPREAD * values[0], values
-        assert result["best"][size] == values[0] > 0
+        assert result["best"][size] == min(result["values"][size]) > 0
         assert result["spread"][size] >= 0
-        assert result["measurements"][size] == len(values)
+        assert result["measurements"][size] == 3
     assert result["unsettled"] == []
     assert result["confirmation"] == {} and not result["hung_after_results"]
     assert result["launches"][0]["options"] == ["-m", "1:1024", "-i", "200", "-x", "20"]
-    # a repeat covers the sizes not settled yet: both, or the one left
-    ranges = {"8:1024", "8:8", "1024:1024"}
-    assert all(x["options"][0] == "-m" and x["options"][1] in ranges
-               for x in result["launches"][1:])
+    assert all(x["options"][:2] == ["-m", "8:1024"] for x in result["launches"][1:])
     assert json.loads((tmp_path / measure.RESULT).read_text()) == result
     # the job's own ranks are counted as its own, not as other work
     assert result["interference"]["own_cpu_s"] > 0.1
@@ -84,11 +78,10 @@ def test_each_size_is_measured_repeatedly_and_the_best_is_kept(osu_latency, tmp_
 
 def test_a_size_inside_its_warning_band_is_measured_once(osu_latency, tmp_path):
     # Interference only raises a latency: a first value inside the band passes, whatever
-    # more runs would say. 1024 B has no reference and is repeated, alone, until it settles.
+    # more runs would say. 1024 B has no reference and is repeated, alone.
     result = measure.measure(plan(osu_latency, warn_limits={8: 1e9}, fail_limits={8: 2e9}),
                              tmp_path)
-    assert result["measurements"]["8"] == 1
-    assert 2 <= result["measurements"]["1024"] <= 3
+    assert result["measurements"] == {"8": 1, "1024": 3}
     assert all(x["options"][:2] == ["-m", "1024:1024"] for x in result["launches"][1:])
 
 
@@ -110,7 +103,7 @@ def test_a_failing_value_is_measured_again_before_it_is_reported(osu_latency, tm
     result = measure.measure(plan(osu_latency, fail_limits={8: 0.001}, warn_limits={8: 0.0005},
                                   confirm_span_s=4), tmp_path)
     assert set(result["confirmation"]) == {"8"}
-    assert len(result["values"]["8"]) == 6 and len(result["values"]["1024"]) >= 2
+    assert len(result["values"]["8"]) == 6 and len(result["values"]["1024"]) >= 3
     assert result["measurements"]["8"] == 6
     confirmations = result["launches"][-3:]
     assert all(x["options"][:2] == ["-m", "8:8"] for x in confirmations)
@@ -379,8 +372,7 @@ def test_once_a_launch_hung_after_its_results_later_launches_wait_less(tmp_path)
     result = measure.measure(plan(command, full_options=[], repeats=3, grace_s=8,
                                   full_sizes=[1 << k for k in range(23)]), tmp_path)
     waited = [x["seconds"] for x in result["launches"]]
-    # the same table twice: two values that agree settle each size
-    assert len(waited) == 2 and all(x["hung_after_results"] for x in result["launches"])
+    assert len(waited) == 3 and all(x["hung_after_results"] for x in result["launches"])
     # the first hang is waited out in full, the same command's later ones for a short grace
     assert waited[0] >= 8, waited
     assert all(launch.KNOWN_HANG_GRACE_S <= w < 8 for w in waited[1:]), waited
@@ -437,7 +429,7 @@ def test_a_pilot_cuts_the_iterations_of_a_curve_that_would_outrun_its_time(osu_l
     assert costed["default_s"] > 0.002 >= costed["estimated_s"] * 0.999 or n == 10
     assert costed["options"] == ["-i", str(n), "-x", str(w)]
     assert all(x["options"][-4:] == costed["options"] for x in result["launches"])
-    assert all(len(result["values"][s]) in (2, 3) for s in ("8", "1024"))
+    assert [len(result["values"][s]) for s in ("8", "1024")] == [3, 3]
 
 
 def test_a_curve_that_fits_its_time_keeps_the_benchmarks_own_counts(osu_latency, tmp_path):

@@ -167,7 +167,7 @@ def test_failures_on_one_path_in_a_run_are_confirmed_together(tmp_path):
 def test_values_measured_fewer_times_than_asked_say_why(tmp_path):
     # A repeat budget the whole-curve run alone spends: each size is measured once, and
     # the run says so instead of judging one value as if it were the best of three. (No
-    # reference: a value is settled only by two measurements that agree.)
+    # reference: each value needs all three.)
     checks = _checks(tmp_path)
     (checks / "references" / "local.yaml").write_text("system: local\nreferences: []\n")
     proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL,
