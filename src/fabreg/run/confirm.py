@@ -207,7 +207,8 @@ class Confirmation:
     @classmethod
     def of(cls, plan: Any, token: str, workdir: Path) -> Confirmation:
         """The confirmation a driver's plan asks for (its ``confirm_runs``, ``confirm_span_s``,
-        ``quiet_wait_s``, ``contended_share`` and ``lasting_failures``)."""
+        ``quiet_wait_s``, ``contended_share``, and where it has them ``lasting_failures`` and
+        ``confirm_budget_s``: the tail environment's plan has neither)."""
         return cls(token, workdir, plan.confirm_runs, plan.confirm_span_s, plan.quiet_wait_s,
                    plan.contended_share, getattr(plan, "lasting_failures", ""),
                    getattr(plan, "confirm_budget_s", 0.0))

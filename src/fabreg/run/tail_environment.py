@@ -169,9 +169,6 @@ class Plan(JsonPlan):
     confirm_span_s: float = 60.0
     #: Confirmation runs of a failing value at most.
     confirm_runs: int = CONFIRM_RUNS
-    #: The run's directory of lasting failures per path (``fabreg.run.confirm``): a failure
-    #: an earlier job confirmed on the same nodes joins this job's; empty: none.
-    lasting_failures: str = ""
     quiet_wait_s: float = 30.0
     contended_share: float = CONTENDED_SHARE
     #: Seconds a measured run may take (0: no limit): where the planned iterations would take

@@ -167,8 +167,8 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
         self.exclusive = str(result["exclusive"])
         self.spread = {var: result["spread"][key] for key in result["spread"]
                        for var in self.variables_of(key)}
-        self.measurements = {var: len(values) for key, values in result["values"].items()
-                             for var in self.variables_of(key) if values}
+        self.measurements = {var: count for key, count in result["measurements"].items()
+                             for var in self.variables_of(key)}
         self.confirmation = {var: first for key, first in result["confirmation"].items()
                              for var in self.variables_of(key)}
         self.host_control = dict(result.get("host_control", {}))

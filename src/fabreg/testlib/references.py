@@ -161,14 +161,17 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
     def failure_limits(self, names: Iterable[str]) -> dict[str, float]:
         """Perf variable -> its failure limit, for those of ``names`` with a reference: what
         an in-job driver confirms a failing value against."""
-        refs = self.references()
-        return {name: ref.failure_limit for name in names if (ref := refs.get(name))}
+        return {name: ref.failure_limit for name, ref in self._judged(names).items()}
 
     def warning_limits(self, names: Iterable[str]) -> dict[str, float]:
         """Perf variable -> its warning limit, for those of ``names`` with a reference: a
         value an in-job driver measured inside it needs no more measurements."""
+        return {name: ref.warning_limit for name, ref in self._judged(names).items()}
+
+    def _judged(self, names: Iterable[str]) -> dict[str, Reference]:
+        """Perf variable -> its reference row, for those of ``names`` that have one."""
         refs = self.references()
-        return {name: ref.warning_limit for name in names if (ref := refs.get(name))}
+        return {name: ref for name in names if (ref := refs.get(name))}
 
     def qualify(self, assessments: list[Assessment]) -> dict[str, tuple[str, str]]:
         """Verdicts the measurement itself overrides, with why (``inconclusive``, ``flaky``).
