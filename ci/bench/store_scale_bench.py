@@ -9,7 +9,8 @@ one link at half speed in the newest night. For each N and each layout, through 
 the first ingest of all nights but the newest, the newest night appended, ``fabreg isolate``
 and ``fabreg trends`` on the result, and (current layout) the nightly
 ``fabreg trends --incremental`` after the appended night (its state made by a run before it);
-the store's bytes per value, and a year projected: the
+then (current layout) ``fabreg report`` and ``fabreg export prometheus``, which read the
+verdicts that nightly run kept; the store's bytes per value, and a year projected: the
 store as it is plus the appended night's growth for each night to a year (the series,
 written once, are not counted again).
 
@@ -139,6 +140,11 @@ def measure(src: Path, work: Path, log: Path, newest: str, values: int,
     append, _ = fabreg(src, ["ingest", "-q", str(log.parent.parent.parent)], db)
     nightly = (fabreg(src, ["trends", "--incremental", "-q", "--format", "json"], db)[0]
                if incremental else math.nan)
+    report = exported = math.nan
+    if incremental:  # the readers after the nightly gate (the verdicts it kept)
+        report = fabreg(src, ["report", "-q", "--out", str(work / "report")], db)[0]
+        exported = fabreg(src, ["export", "prometheus", "--out", str(work / "fabreg.prom")],
+                          db)[0]
     log.write_bytes(head)  # the next layout starts from the same files
     isolate, out = fabreg(src, ["isolate"], db)
     trends = fabreg(src, ["trends", "--format", "json"], db)[0] if with_trends else math.nan
@@ -146,8 +152,8 @@ def measure(src: Path, work: Path, log: Path, newest: str, values: int,
                        for line in out.splitlines() if "SUSPECT" in line})
     size = store_bytes(db)
     return {"first": first, "append": append, "isolate": isolate, "trends": trends,
-            "nightly": nightly, "bytes": size, "per_value": size / values,
-            "night_bytes": size - before, "suspects": suspects}
+            "nightly": nightly, "report": report, "export": exported, "bytes": size,
+            "per_value": size / values, "night_bytes": size - before, "suspects": suspects}
 
 
 def measure_checks(src: Path, work: Path, perflogs: Path, values: int) -> dict[str, float]:
@@ -219,7 +225,8 @@ def main() -> int:
                if name in args.layouts.split(",")}
     print(f"{'nodes':>6} {'nights':>6} {'values':>10}  {'layout':<13} {'B/value':>8} "
           f"{'store MB':>9} {'ingest s':>9} {'+1 night s':>10} {'isolate s':>9} "
-          f"{'trends s':>9} {'nightly s':>9} {'MB/night':>8} {'year GB':>8}  suspects")
+          f"{'trends s':>9} {'nightly s':>9} {'report s':>8} {'export s':>8} {'MB/night':>8} "
+          f"{'year GB':>8}  suspects")
     try:
         if args.checks_scale:
             checks_year(base, layouts, args.checks_scale)
@@ -240,7 +247,7 @@ def main() -> int:
                 print(f"{n:>6} {k:>6} {values:>10}  {name:<13} {r['per_value']:>8.1f} "
                       f"{r['bytes'] / 1e6:>9.1f} {r['first']:>9.1f} {r['append']:>10.2f} "
                       f"{r['isolate']:>9.2f} {r['trends']:>9.1f} {r['nightly']:>9.1f} "
-                      f"{r['night_bytes'] / 1e6:>8.1f} "
+                      f"{r['report']:>8.1f} {r['export']:>8.1f} {r['night_bytes'] / 1e6:>8.1f} "
                       f"{year:>8.2f}  "
                       f"{', '.join(r['suspects']) or '-'}", flush=True)
             if len(rows) == 2:

@@ -9,10 +9,10 @@ from pathlib import Path
 from fabreg.cli.since_option import since_time
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
-from fabreg.review import export, isolation_metrics, trends
+from fabreg.review import export, isolation_metrics, standing, trends
 from fabreg.review.progress import Progress
 from fabreg.review.store import SeriesData, Store
-from fabreg.review.sweeps import latest_sweeps, newest_values
+from fabreg.review.sweeps import latest_sweeps, newest_values, summarised_links
 from fabreg.run import stress
 
 DEFAULT_PORT = 9105
@@ -55,11 +55,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def load(db: str | None) -> tuple[list[SeriesData], list[trends.SeriesVerdict], str]:
-    """The series, their verdicts, and the newest sweeps' gauges (exposition text)."""
+    """The series (their newest values), their verdicts, and the newest sweeps' gauges
+    (exposition text); the links of a sweep shown per node and round only where their trend
+    is wrong (a 10,000-node sweep has 450,000 links)."""
     with Store(db_path(db), create=False) as store:
-        all_series = store.load()
-        sweeps = latest_sweeps(newest_values(all_series), attributes=store.run_attributes)
-    return all_series, trends.analyse(all_series), isolation_metrics.render(sweeps)
+        now = standing.read(store)
+        sweeps = latest_sweeps(newest_values(now.newest), attributes=store.run_attributes)
+    summarised = summarised_links(sweeps)
+    verdicts = [v for v in now.verdicts
+                if v.open_regression or v.suspect or not summarised(v.series)]
+    return [v.series for v in verdicts], verdicts, isolation_metrics.render(sweeps)
 
 
 def write_prometheus(db: str | None, out: Path) -> int:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
-from fabreg.review import check_verdicts, compare, trends
+from fabreg.review import check_verdicts, compare, standing, trends
 from fabreg.review.progress import Progress
 from fabreg.review.store import Store
-from fabreg.review.sweeps import latest_sweeps, newest_values
+from fabreg.review.sweeps import latest_sweeps, newest_values, summarised_links
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -58,30 +58,45 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise FabregError(f"--jobs {args.jobs}: at least 1")
     with Store(db_path(args.db), create=False) as store:
-        all_series = store.load()
-        known = store.sessions()
+        # what a report shows, read in proportion to it: every series' newest value and
+        # verdict, the whole history of those it plots, the two sessions its curves compare
+        now = standing.read(store, args.alpha, args.min_shift,
+                            progress=Progress("trends", 0, enabled=not args.quiet))
         said = check_verdicts.newest(store)
-        sweeps = latest_sweeps(newest_values(all_series), attributes=store.run_attributes)
-    verdicts = trends.analyse(all_series, alpha=args.alpha, min_shift_pct=args.min_shift,
-                              progress=Progress("trends", len(all_series),
-                                                enabled=not args.quiet))
-    sessions = compare.list_sessions(all_series, known)
-    curves = None
-    if args.baseline or args.candidate or len(sessions) >= 2:
-        curves = (compare.resolve(args.baseline or "latest~1", sessions),
-                  compare.resolve(args.candidate or "latest", sessions))
+        sweeps = latest_sweeps(newest_values(now.newest), attributes=store.run_attributes)
+        # a sweep of thousands of nodes is shown per node and round (isolation.html): of its
+        # links, only those slow in it are series of the report
+        summarised = summarised_links(sweeps, but_slow=True)
+        left = [v for v in now.verdicts if summarised(v.series)]
+        listed = [v for v in now.verdicts if not summarised(v.series)]
+        shown = standing.whole(store, [v for v in listed if report.is_plotted(v, said)])
+        spans = store.session_spans()
+        sessions = compare.sessions_of(spans, store.sessions())
+        curves, curve_series = None, []
+        if args.baseline or args.candidate or len(sessions) >= 2:
+            curves = (compare.resolve(args.baseline or "latest~1", sessions),
+                      compare.resolve(args.candidate or "latest", sessions))
+            (a, b), (c, d) = (compare.time_span(sel, spans) for sel in curves)
+            curve_series = store.load(since=min(a, c), until=max(b, d))
+    by_id = {v.series.id: v for v in shown}
+    verdicts = [by_id.get(v.series.id, v) for v in listed]
     sweeps_page = isolation_plot.write(sweeps, out)
     see_also = [(sweeps_page.name, "the newest sweeps: pair matrices, bad nodes and links")
                 ] if sweeps_page else []
     try:
-        md, page = report.build(all_series, verdicts, out, curves,
+        md, page = report.build(curve_series, verdicts, out, curves,
                                 progress=Progress("report", 0, enabled=not args.quiet),
                                 curve_min_diff_pct=args.curve_threshold, jobs=args.jobs,
                                 check_verdicts=said, see_also=see_also)
     except OSError as err:
         raise FabregError(f"cannot write the report under {out}: {err.strerror or err}") from None
     moved = sum(1 for v in verdicts if v.changes)
-    print(f"wrote {md} and {page}: {len(verdicts)} series, {moved} with changes")
+    print(f"wrote {md} and {page}: {len(verdicts)} series, {moved} with changes "
+          f"(verdicts {now.source})")
     if sweeps_page:
         print(f"wrote {sweeps_page}: the newest sweeps' pair matrices and suspects")
+    if left:
+        print(f"{len(left)} links of sweeps shown per node and round are not report series "
+              f"(not slow in the newest sweep); {sum(1 for v in left if v.changes)} of them "
+              "with a trend change: `fabreg trends --match` lists them")
     return 0

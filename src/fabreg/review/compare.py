@@ -54,14 +54,34 @@ class SessionInfo:
 def list_sessions(all_series: list[SeriesData],
                   known: dict[str, Session]) -> list[SessionInfo]:
     """Every session that has values, oldest first."""
-    first: dict[str, float] = {}
+    spans: dict[str, tuple[float, float]] = {}
     for series in all_series:
         for t, s in zip(series.time.tolist(), series.session):
-            if s not in first or t < first[s]:
-                first[s] = t
-    out = [SessionInfo(s, known[s].start if s in known else t,
-                       known[s].extras if s in known else {}) for s, t in first.items()]
+            first, last = spans.get(s, (t, t))
+            spans[s] = (min(first, t), max(last, t))
+    return sessions_of(spans, known)
+
+
+def sessions_of(spans: dict[str, tuple[float, float]],
+                known: dict[str, Session]) -> list[SessionInfo]:
+    """The sessions of ``spans`` (session -> first and last value's time, as
+    ``Store.session_spans`` gives them), oldest first."""
+    out = [SessionInfo(s, known[s].start if s in known else first,
+                       known[s].extras if s in known else {})
+           for s, (first, _) in spans.items()]
     return sorted(out, key=lambda s: (s.start, s.id))
+
+
+def time_span(selection: Selection, spans: dict[str, tuple[float, float]]
+              ) -> tuple[float, float]:
+    """The times that hold every value ``selection`` picks (``spans`` as for
+    ``sessions_of``): what to read of a large store to compare two sessions."""
+    if selection.sessions is None:
+        return selection.start, selection.end
+    picked = [spans[s] for s in selection.sessions if s in spans]
+    if not picked:
+        return math.inf, -math.inf
+    return min(a for a, _ in picked), max(b for _, b in picked)
 
 
 @dataclass

@@ -298,6 +298,12 @@ def newest_verdict(series: SeriesData, check_verdicts: dict[int, str]) -> str:
     return "fail" if len(series) and series.result[-1] == "fail" else ""
 
 
+def is_plotted(verdict: SeriesVerdict, check_verdicts: dict[int, str]) -> bool:
+    """Whether the report plots the series: it moved, or the check flagged its newest value
+    (the report draws these over their whole history)."""
+    return bool(verdict.changes) or newest_verdict(verdict.series, check_verdicts) in FLAGGED
+
+
 def summarise(verdicts: list[SeriesVerdict], check_verdicts: dict[int, str]) -> Summary:
     counts: dict[str, int] = defaultdict(int)
     for v in verdicts:
@@ -346,8 +352,7 @@ def build(all_series: list[SeriesData], verdicts: list[SeriesVerdict], out: Path
     check_verdicts = check_verdicts or {}
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
-    shown = [v for v in verdicts
-             if v.changes or newest_verdict(v.series, check_verdicts) in FLAGGED]
+    shown = [v for v in verdicts if is_plotted(v, check_verdicts)]
     curve_data = size_curves(all_series, *curves, curve_min_diff_pct) if curves else []
     total = len(shown) + len(curve_data)
     done = 0

@@ -160,6 +160,17 @@ TREND_STATE_COLUMNS = ("series_id", "start", "before", "margin", "level_runs", "
                        "sigma", "sigma_runs", "kept")
 
 
+#: The verdicts of the last whole ``fabreg trends --incremental`` run, for the store's readers
+#: (``fabreg report``, ``export prometheus``, ``serve-metrics``): only the series that are not
+#: stable without a change; ``meta`` holds the settings and the newest run they stand for.
+TREND_VERDICTS = """
+CREATE TABLE IF NOT EXISTS trend_verdicts(
+    series_id INTEGER PRIMARY KEY,
+    verdict TEXT NOT NULL,
+    changes TEXT NOT NULL,
+    noise REAL NOT NULL
+)"""
+
 #: A string as ``json.dumps`` writes it (ASCII, escaped; the C encoder)
 _json_str = json.encoder.encode_basestring_ascii
 
@@ -775,9 +786,16 @@ class Store:
             self.conn.executemany("DELETE FROM trend_state WHERE series_id = ? AND start > ?",
                                   list(early.items()))
 
-    def trend_states(self, settings: str) -> dict[int, tuple]:
+    def trend_states(self, settings: str, reading: bool = False) -> dict[int, tuple]:
         """series id -> the rest of its ``trend_state`` row (start, ..., kept). States made
-        with other settings are dropped first: their series are read whole."""
+        with other settings are dropped first: their series are read whole (``reading``:
+        they are left as they are, and none is returned)."""
+        if reading:
+            made = self._query("SELECT value FROM meta WHERE key = 'trend_settings'")
+            columns = tuple(r[1] for r in self._query("PRAGMA table_info(trend_state)"))
+            if not made or made[0][0] != settings or columns != TREND_STATE_COLUMNS:
+                return {}
+            return {row[0]: row[1:] for row in self._query("SELECT * FROM trend_state")}
         try:
             with self.conn:
                 columns = tuple(r[1] for r in self.conn.execute(
@@ -808,6 +826,39 @@ class Store:
         except sqlite3.Error as err:
             raise self._error(err) from None
 
+    def save_trend_verdicts(self, settings: str, rows: Iterable[tuple[int, str, str, float]]
+                            ) -> None:
+        """Keep the verdicts a whole ``trends --incremental`` run gave (series id, verdict,
+        changes as JSON, noise %; a series not among them is stable without a change) for
+        the readers of the store, with the settings and the newest run they stand for."""
+        try:
+            with self.conn:
+                self.conn.execute(TREND_VERDICTS)
+                self.conn.execute("DELETE FROM trend_verdicts")
+                self.conn.executemany("INSERT INTO trend_verdicts VALUES(?,?,?,?)", list(rows))
+                self.conn.execute("INSERT OR REPLACE INTO meta VALUES('trend_verdicts', ?)",
+                                  (json.dumps({"settings": settings,
+                                               "through": self._newest_run()}),))
+        except sqlite3.Error as err:
+            raise self._error(err) from None
+
+    def trend_verdicts(self, settings: str) -> dict[int, tuple[str, str, float]] | None:
+        """series id -> (verdict, changes as JSON, noise %) as the last whole ``trends
+        --incremental`` run left them; None when there is none with these settings or a run
+        was ingested after it (its verdicts no longer stand)."""
+        made = self._query("SELECT value FROM meta WHERE key = 'trend_verdicts'")
+        if not made:
+            return None
+        stands = json.loads(made[0][0])
+        if stands.get("settings") != settings or stands.get("through") != self._newest_run():
+            return None
+        return {r[0]: r[1:] for r in self._query("SELECT * FROM trend_verdicts")}
+
+    def _newest_run(self) -> list[int]:
+        """The highest run id and the values stored: one of them grows with every ingest
+        that adds a value."""
+        return [self._query("SELECT COALESCE(MAX(id), 0) FROM runs")[0][0], self.count()[1]]
+
     def value_months(self, since: float | None = None) -> list[tuple[str, str]]:
         """(system, ``YYYY-MM``) of every month holding a run at or after ``since``, from
         the runs (one row a run, not one a value)."""
@@ -835,15 +886,53 @@ class Store:
             "WHERE s.system = ? ORDER BY v.time, s.id", (start, end, system))
         return [(*row[:15], sessions[row[15]], row[16]) for row in rows]
 
-    def load(self) -> list[SeriesData]:
-        """Every series with its values, sessions resolved (results DB, else derived)."""
-        return self._load()
+    def load(self, ids: Iterable[int] | None = None, since: float | None = None,
+             until: float | None = None) -> list[SeriesData]:
+        """Every series with its values, sessions resolved (results DB, else derived).
+        ``ids``: those series only; ``since``/``until``: only the values in that time range
+        (inclusive), a series without one left out."""
+        where, args = [], []
+        if ids is not None:
+            where.append("series_id IN (SELECT value FROM json_each(?))")
+            args.append(json.dumps(sorted(set(ids))))
+        if since is not None or until is not None:
+            where.append("time BETWEEN ? AND ?")
+            args += [-math.inf if since is None else since, math.inf if until is None else until]
+        sql = ("SELECT series_id, time, run_id, value, band_id FROM samples "
+               f"{'WHERE ' + ' AND '.join(where) if where else ''} "
+               "ORDER BY series_id, time, run_id")
+        return self._load(sql, args, ids)
 
     def load_windows(self) -> list[SeriesData]:
         """Every series with its values from its ``trend_state.start`` on (all of a series
         without one): what ``trends --incremental`` reads, one index range per series (after
         ``trend_states``, which made the table)."""
-        return self._load(windows=True)
+        return self._load(
+            "SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM series s "
+            "LEFT JOIN trend_state w ON w.series_id = s.id "
+            "JOIN samples v ON v.series_id = s.id AND v.time >= COALESCE(w.start, -1e308) "
+            "ORDER BY s.id, v.time, v.run_id")
+
+    def load_newest(self) -> list[SeriesData]:
+        """Every series with its newest value only (of two at that time, the later run's):
+        what the report's counts, the gauges and a sweep's judgement need of a series, read
+        with one index seek per series, in proportion to the series, not to their history."""
+        return self._load(
+            "SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM series s "
+            "JOIN samples v ON v.series_id = s.id "
+            "AND v.time = (SELECT MAX(m.time) FROM samples m WHERE m.series_id = s.id) "
+            "ORDER BY s.id, v.time, v.run_id", newest=True)
+
+    def session_spans(self) -> dict[str, tuple[float, float]]:
+        """Session (the results DB's, else derived) -> its first and last run's time: the
+        sessions a comparison chooses from, without reading a value."""
+        run_session, _, run_time = self._runs_sessions()
+        spans: dict[str, tuple[float, float]] = {}
+        for run, session in run_session.items():
+            when = run_time[run]
+            first, last = spans.get(session, (when, when))
+            spans[session] = (min(first, when), max(last, when))
+        return spans
 
     def newest_link_values(self) -> list[LinkValue]:
         """Every per-link series (a sweep's pairs and host controls: ``node_a``/``node_b``
@@ -872,32 +961,38 @@ class Store:
                                  str(a), str(b), when, jobid or "", value))
         return out
 
-    def _runs_sessions(self) -> tuple[dict[int, str], dict[int, str]]:
-        """Run id -> its session (the results DB's, else derived) and its job id."""
+    def _runs_sessions(self) -> tuple[dict[int, str], dict[int, str], dict[int, float]]:
+        """Run id -> its session (the results DB's, else derived), its job id, its time."""
         import numpy as np  # the readers only (see the imports)
 
         runs = self._query("SELECT r.id, COALESCE(r.session, l.session), r.time, r.jobid "
                            "FROM runs r LEFT JOIN run_sessions l ON l.run_key = r.run_key")
         derived = derive_sessions(np.array([r[2] for r in runs if r[1] is None], dtype=float))
         return ({r[0]: r[1] if r[1] is not None else derived[r[2]] for r in runs},
-                {r[0]: r[3] for r in runs})
+                {r[0]: r[3] for r in runs}, {r[0]: r[2] for r in runs})
 
-    def _load(self, windows: bool = False) -> list[SeriesData]:
-        keys = self._series_keys()
-        run_session, run_job = self._runs_sessions()
+    def _load(self, sql: str, args: Sequence[object] = (), ids: Iterable[int] | None = None,
+              newest: bool = False) -> list[SeriesData]:
+        keys = self._series_keys(ids)
+        run_session, run_job, _ = self._runs_sessions()
         bands = _Bands.read(self)
         out: list[SeriesData] = []
         try:
-            out = self._read_all(keys, bands, run_session, run_job, windows)
+            out = self._read_all(sql, args, keys, bands, run_session, run_job, newest)
         except sqlite3.Error as err:
             raise self._error(err) from None
         out.sort(key=lambda s: (s.key.test, s.key.params, s.key.system, s.key.partition,
                                 s.key.environ, s.key.perfvar))
         return out
 
-    def _series_keys(self) -> dict[int, SeriesKey]:
-        """Every series' key by id. SQLite takes a link's node names out of its parameters,
-        so the rest (shared by every link of a sweep) is parsed once, not once a link."""
+    def _series_keys(self, ids: Iterable[int] | None = None) -> dict[int, SeriesKey]:
+        """Every series' key by id (``ids``: those series' only). SQLite takes a link's node
+        names out of its parameters, so the rest (shared by every link of a sweep) is parsed
+        once, not once a link."""
+        where, args = "", []
+        if ids is not None:
+            where, args = " WHERE id IN (SELECT value FROM json_each(?))", [json.dumps(
+                sorted(set(ids)))]
         # the parameters but the node names, sorted, and where node_a and node_b go in them
         rest: dict[str, tuple[tuple[tuple[str, str], ...], int, int]] = {}
         keys = {}
@@ -907,7 +1002,7 @@ class Store:
                     "json_remove(params, '$.node_a', '$.node_b'), "
                     "json_type(params, '$.node_a'), json_extract(params, '$.node_a'), "
                     "json_type(params, '$.node_b'), json_extract(params, '$.node_b') "
-                    "FROM series")):
+                    "FROM series" + where, args)):
             if params not in rest:
                 pairs = tuple(sorted(json.loads(params).items()))
                 names = [k for k, _ in pairs]
@@ -921,32 +1016,28 @@ class Store:
             keys[sid] = SeriesKey(test, pairs, system, part, environ, perfvar)
         return keys
 
-    def _read_all(self, keys: dict[int, SeriesKey], bands: _Bands,
-                  run_session: dict[int, str], run_job: dict[int, str],
-                  windows: bool = False) -> list[SeriesData]:
-        """Every value (``windows``: from each series' ``trend_state.start`` on), one series at
-        a time: memory stays near the size of the arrays."""
+    def _read_all(self, sql: str, args: Sequence[object], keys: dict[int, SeriesKey],
+                  bands: _Bands, run_session: dict[int, str], run_job: dict[int, str],
+                  newest: bool = False) -> list[SeriesData]:
+        """The values ``sql`` selects (series id, time, run id, value, band id; by series and
+        time), one series at a time: memory stays near the size of the arrays. ``newest``:
+        a series' last row only."""
         out: list[SeriesData] = []
-        sql = ("SELECT series_id, time, run_id, value, band_id FROM samples "
-               "ORDER BY series_id, time, run_id")
-        if windows:
-            sql = ("SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM series s "
-                   "LEFT JOIN trend_state w ON w.series_id = s.id "
-                   "JOIN samples v ON v.series_id = s.id AND v.time >= COALESCE(w.start, -1e308) "
-                   "ORDER BY s.id, v.time, v.run_id")
-        cursor = self.conn.execute(sql)
+        cursor = self.conn.execute(sql, args)
         pending: list[tuple] = []
         while True:
             rows = cursor.fetchmany(20000)
             for row in rows:
                 if pending and row[0] != pending[0][0]:
-                    out.append(self._series_data(pending, keys, bands, run_session, run_job))
+                    out.append(self._series_data(pending[-1:] if newest else pending, keys,
+                                                 bands, run_session, run_job))
                     pending = []
                 pending.append(row)
             if not rows:
                 break
         if pending:
-            out.append(self._series_data(pending, keys, bands, run_session, run_job))
+            out.append(self._series_data(pending[-1:] if newest else pending, keys, bands,
+                                         run_session, run_job))
         return out
 
 @dataclass

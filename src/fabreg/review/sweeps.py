@@ -149,6 +149,28 @@ def newest_values(all_series: Iterable[SeriesData]) -> list[LinkValue]:
     return out
 
 
+def summarised_links(sweeps: Iterable[Sweep], but_slow: bool = False
+                     ) -> Callable[[SeriesData], bool]:
+    """Whether a series is a link of a sweep shown per node and per round (more than
+    ``MAX_LINK_NODES`` nodes; ``but_slow``: a link slow in that sweep is not): the store's
+    per-series gauges leave those out unless their trend is wrong, as the sweep's own gauges
+    keep only its slow pairs and evidence; the report plots only the slow ones."""
+    groups = {(s.test, s.params, s.system, s.partition, s.environ): s
+              for s in sweeps if s.summarised}
+    slow = {(group, p.node_a, p.node_b) for group, sweep in groups.items() if but_slow
+            for loc in sweep.localise() for p in loc.slow}
+
+    def summarised(series: SeriesData) -> bool:
+        k = series.key
+        if not groups or not {"node_a", "node_b"} <= {p for p, _ in k.params}:
+            return False
+        params = tuple((p, v) for p, v in k.params if p not in LINK_PARAMETERS)
+        group = (k.test, params, k.system, k.partition, k.environ)
+        return group in groups and (group, k.param["node_a"], k.param["node_b"]) not in slow
+
+    return summarised
+
+
 def _rounds(attrs: dict[str, str]) -> dict[tuple[str, str], int]:
     """(sender, receiver) -> round, from the run's pair rounds, or its whole pair table in a
     store written before the rounds were kept alone (empty when it has neither)."""

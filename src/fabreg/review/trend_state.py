@@ -28,6 +28,8 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
+import numpy as np
+
 from fabreg.review import trends
 from fabreg.review.store import SeriesData, Store
 
@@ -153,12 +155,16 @@ def analyse(store: Store, alpha: float = trends.ALPHA,
             min_shift_pct: float = trends.MIN_SHIFT_PCT, window: int = WINDOW,
             keep: Callable[[SeriesData], bool] = lambda s: True,
             progress: Callable[[int, int], None] | None = None,
-            jobs: int | None = None) -> list[trends.SeriesVerdict]:
+            jobs: int | None = None, save: bool = True) -> list[trends.SeriesVerdict]:
     """Every series (``keep`` chooses) judged from its window, by ``jobs`` processes (default:
-    one per CPU from ``PARALLEL_FROM`` series); the states saved for the next run."""
+    one per CPU from ``PARALLEL_FROM`` series); with ``save``, the states kept for the next
+    run and, when every series was judged, the verdicts for the store's readers
+    (:mod:`fabreg.review.standing`)."""
     global _WORK
-    states = store.trend_states(settings(alpha, min_shift_pct, window))
-    windows = [s for s in store.load_windows() if keep(s)]
+    made_with = settings(alpha, min_shift_pct, window)
+    states = store.trend_states(made_with, reading=not save)
+    loaded = store.load_windows() if states else store.load()  # no state: every series whole
+    windows = [s for s in loaded if keep(s)]
     if jobs is None:
         jobs = (os.cpu_count() or 1) if len(windows) >= PARALLEL_FROM else 1
     chunk = max(1, min(5000, len(windows) // max(1, jobs * 4) or 1))
@@ -180,8 +186,44 @@ def analyse(store: Store, alpha: float = trends.ALPHA,
         out.append(trends.SeriesVerdict(series, verdict, changes, noise, before))
         if row is not None:  # most nights a window only grows: nothing to write
             saved.append((series.id, *row))
-    store.save_trend_states(saved)
+    if save:
+        store.save_trend_states(saved)
+        if len(windows) == len(loaded):
+            store.save_trend_verdicts(made_with, verdict_rows(out))
     return out
+
+
+def verdict_rows(verdicts: list[trends.SeriesVerdict]) -> list[tuple[int, str, str, float]]:
+    """(series id, verdict, changes as JSON, noise %) of every series not stable without a
+    change: what ``Store.save_trend_verdicts`` keeps."""
+    return [(v.series.id, v.verdict, json.dumps([dataclasses.asdict(c) for c in v.changes]),
+             v.noise_pct) for v in verdicts if v.verdict != trends.STABLE or v.changes]
+
+
+def stored_verdict(series: SeriesData, row: tuple[str, str, float] | None
+                   ) -> trends.SeriesVerdict:
+    """A series' verdict as ``verdict_rows`` kept it (None: stable without a change); its
+    changes' indices placed in ``series`` by their time (-1 where it does not hold them)."""
+    if row is None:
+        return trends.SeriesVerdict(series, trends.STABLE)
+    verdict, changes, noise = row
+    return placed(trends.SeriesVerdict(series, verdict, [trends.Change(**c) for c in
+                                                         json.loads(changes)], noise))
+
+
+def placed(verdict: trends.SeriesVerdict, series: SeriesData | None = None
+           ) -> trends.SeriesVerdict:
+    """The verdict over ``series`` (default: its own), each change's index found by the time
+    of its first run at the new level (-1 where the series does not hold that run): a
+    window's verdict drawn over the series' whole history."""
+    series = series if series is not None else verdict.series
+    times = series.time
+    changes = []
+    for c in verdict.changes:
+        at = int(np.searchsorted(times, c.time)) if len(times) else 0
+        changes.append(dataclasses.replace(
+            c, index=at if at < len(times) and times[at] == c.time else -1))
+    return dataclasses.replace(verdict, series=series, changes=changes, before=0)
 
 
 def _gather(parts, total: int, progress: Callable[[int, int], None] | None) -> list[tuple]:
