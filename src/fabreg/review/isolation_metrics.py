@@ -51,6 +51,7 @@ def render(sweeps: list[Sweep]) -> str:
                          [*_WHERE, "metric", "round"], registry=registry)
     for sweep in sweeps:
         where = (sweep.system, sweep.partition, sweep.environ)
+        summarised = sweep.summarised  # once: it counts the sweep's nodes
         sweep_time.labels(*where).set(sweep.time)
         for loc in sweep.localise():
             pairs = sweep.pairs.get(loc.metric, [])
@@ -63,7 +64,7 @@ def render(sweeps: list[Sweep]) -> str:
             sweep_slow.labels(*where, loc.metric).set(len(slow))
             for p in pairs:
                 key = (p.node_a, p.node_b)
-                if sweep.summarised and key not in slow and key not in evidence:
+                if summarised and key not in slow and key not in evidence:
                     continue  # a large sweep: per link only what is slow or evidence
                 labels = (*where, loc.metric, p.node_a, p.node_b)
                 link_value.labels(*labels).set(p.value)
