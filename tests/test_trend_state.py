@@ -138,7 +138,7 @@ def test_night_after_night_the_windows_give_the_full_verdicts(tmp_path):
             assert verdict.runs == night
         finals += verdict.verdict != full.verdict
     assert nights > 80 * 160
-    # a night or two of a change at the edge of significance (16 of 13,645 with this seed),
+    # a night or two of a change at the edge of significance (2 of 13,645 with this seed),
     # none on the last night
     assert differ <= nights // 500, f"{differ} of {nights} verdicts differ"
     assert finals == 0

@@ -48,7 +48,9 @@ def settings(alpha: float, min_shift_pct: float, window: int = WINDOW) -> str:
     """What a state depends on: a state made with other settings is not reused."""
     return json.dumps({"alpha": alpha, "min_shift_pct": min_shift_pct, "window": window,
                        "step": STEP, "margin": MARGIN, "min_run": trends.MIN_RUN,
-                       "confirm_runs": trends.CONFIRM_RUNS}, sort_keys=True)
+                       "confirm_runs": trends.CONFIRM_RUNS,
+                       "noise": "winsorised differences, t tail",
+                       "dof_per_difference": trends.DOF_PER_DIFFERENCE}, sort_keys=True)
 
 
 @dataclasses.dataclass

@@ -4,14 +4,17 @@ Method (docs/trends.md has the evidence for choosing it):
 
 1. Work on ``log(value)`` so a shift is relative (x % whatever the level) and
    multiplicative noise is even; non-positive data stay linear.
-2. Estimate the noise ``sigma`` robustly from first differences (MAD / sqrt 2),
-   which level shifts barely touch.
+2. Estimate the noise ``sigma`` robustly from first differences (their standard deviation
+   / sqrt 2, each winsorised at 3 MADs), which level shifts barely touch. An estimate from
+   a few runs is itself uncertain: the tests below take Student's t tail with its degrees
+   of freedom (``DOF_PER_DIFFERENCE`` a difference), not the normal one, or a short series
+   whose noise happens to look small would show changes that are not there.
 3. Tame outliers: each point is clipped to ``median of its 7 neighbours ± 3 sigma``.
    A lone spike then weighs like a 3-sigma point and cannot make a change point.
 4. Binary segmentation with the two-sample statistic
    ``t = |mean(right) - mean(left)| / (sigma * sqrt(1/nl + 1/nr))`` over every split
    leaving at least ``min_run`` (3) points on each side; a split is kept when its
-   Bonferroni-corrected p-value (number of candidate splits x two-sided normal tail)
+   Bonferroni-corrected p-value (number of candidate splits x two-sided t tail)
    is below ``alpha`` (0.001), then both halves are searched again.
 5. Merge: change points are re-tested against their neighbours' segments, the
    weakest one that fails is dropped until all pass (as in Otava/Hunter); each
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fabreg.review.significance import t_two_sided_p
 from fabreg.review.store import SeriesData
 from fabreg.schema import lower_is_better
 
@@ -46,6 +50,10 @@ MIN_SHIFT_PCT = 1.0
 #: stable series are noise until a third run confirms the level, and a normal run among the
 #: newest ones says the old level is still there (interference only makes runs worse).
 CONFIRM_RUNS = 3
+#: Degrees of freedom of the noise estimate per first difference it comes from (the tests
+#: take Student's t tail with them): a series of pure noise then shows about as few changes
+#: as with its true noise known (``ci/bench/detector_bench.py``).
+DOF_PER_DIFFERENCE = 1.0
 
 REGRESSION = "regression"
 SUSPECT = "suspect"
@@ -119,6 +127,8 @@ class Prepared:
     log: bool
     scale: float  # for linear mode: |median| the shift is relative to
     own_sigma: float = 0.0  # the noise of these values alone
+    #: the effective degrees of freedom of ``sigma`` (:func:`two_sided_p`)
+    dof: float = math.inf
 
 
 @dataclass(frozen=True)
@@ -167,32 +177,48 @@ def transform(values: np.ndarray) -> tuple[np.ndarray, bool, float]:
 
 
 def noise_sigma(y: np.ndarray) -> float:
-    """Noise of a transformed series from its first differences (``1.4826 MAD / sqrt 2``),
-    which level shifts and lone outliers barely move; at least NOISE_FLOOR."""
-    if len(y) > 2:
-        d = np.diff(y)
-        sigma = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2)
-        if sigma == 0.0:  # quantised data: fall back to the spread of the differences
-            sigma = float(np.std(d)) / math.sqrt(2)
-    else:
-        sigma = 0.0
-    return max(sigma, NOISE_FLOOR)
+    """Noise of a transformed series from its first differences, which level shifts barely
+    move: their standard deviation / sqrt 2, each difference first winsorised at
+    ``CLIP_SIGMAS`` of a robust start (``1.4826 MAD``; of quantised data, whose MAD is 0,
+    the mean absolute deviation), so a lone outlier or a shift counts as three sigmas at
+    most; at least NOISE_FLOOR. The MAD alone scatters twice as much
+    from one short series to the next, and where it happens to come out small, noise looks
+    like changes."""
+    if len(y) <= 2:
+        return NOISE_FLOOR
+    d = np.diff(y)
+    centre = float(np.median(d))
+    start = 1.4826 * float(np.median(np.abs(d - centre)))
+    if start == 0.0:  # quantised data, most differences 0: their mean absolute deviation
+        start = math.sqrt(math.pi / 2) * float(np.mean(np.abs(d - centre)))
+    kept = np.clip(d - centre, -CLIP_SIGMAS * start, CLIP_SIGMAS * start)
+    return max(float(np.sqrt(np.mean(kept ** 2))) / math.sqrt(2), NOISE_FLOOR)
+
+
+def two_sided_p(t: float, dof: float) -> float:
+    """P(|T| >= t) for Student's t with ``dof`` degrees of freedom; the normal tail when
+    ``dof`` is infinite."""
+    if math.isinf(dof):
+        return math.erfc(t / math.sqrt(2))
+    return t_two_sided_p(t, dof)
 
 
 def _prepare(values: np.ndarray, min_run: int, window: Window = FULL) -> Prepared:
     y, positive, scale = transform(values)
     sigma = own = noise_sigma(y)
+    n = len(y) - 1  # the differences the noise comes from
     if window.sigma_runs:  # the runs before a window: their noise weighs by their number
-        n = len(y) - 1
         sigma = max((window.sigma * window.sigma_runs + sigma * n) / (window.sigma_runs + n),
                     NOISE_FLOOR)
+    dof = max(1.0, DOF_PER_DIFFERENCE * (n + window.sigma_runs))
     med = _rolling_median(y, min_run)
     y = med + np.clip(y - med, -CLIP_SIGMAS * sigma, CLIP_SIGMAS * sigma)
-    return Prepared(y, sigma, positive, scale, own)
+    return Prepared(y, sigma, positive, scale, own, dof)
 
 
 def _best_split(csum: np.ndarray, a: int, b: int, sigma: float, min_run: int,
-                level: tuple[int, float] = (0, 0.0)) -> tuple[int, float, float]:
+                level: tuple[int, float] = (0, 0.0), dof: float = math.inf
+                ) -> tuple[int, float, float]:
     """Best split k in [a+min_run, b-min_run] of y[a:b]: (k, |t|, Bonferroni p). ``level``:
     (runs, sum) of the values before ``a`` at its level (a window's first segment), on the
     left of every split and counted among the candidates."""
@@ -207,7 +233,7 @@ def _best_split(csum: np.ndarray, a: int, b: int, sigma: float, min_run: int,
     t = np.abs(right - left) / (sigma * np.sqrt(1.0 / nl + 1.0 / nr))
     i = int(np.argmax(t))
     tmax = float(t[i])
-    p = min(1.0, (len(ks) + runs) * math.erfc(tmax / math.sqrt(2)))
+    p = min(1.0, (len(ks) + runs) * two_sided_p(tmax, dof))
     return int(ks[i]), tmax, p
 
 
@@ -226,7 +252,8 @@ def change_points(values: np.ndarray, alpha: float = ALPHA, min_run: int = MIN_R
         a, b = todo.pop()
         if b - a < 2 * min_run:
             continue
-        k, _, p = _best_split(csum, a, b, prep.sigma, min_run, level if a == first else (0, 0.0))
+        k, _, p = _best_split(csum, a, b, prep.sigma, min_run, level if a == first else (0, 0.0),
+                              prep.dof)
         if k >= 0 and p < alpha:
             found.append(k)
             todo += [(a, k), (k, b)]
@@ -239,7 +266,7 @@ def change_points(values: np.ndarray, alpha: float = ALPHA, min_run: int = MIN_R
         for j in range(len(cps)):
             a, b = bounds[j], bounds[j + 2]
             k, _, p = _best_split(csum, a, b, prep.sigma, min_run,
-                                  level if j == 0 else (0, 0.0))
+                                  level if j == 0 else (0, 0.0), prep.dof)
             if k >= 0:
                 cps[j] = k
             if k < 0 or p > worst_p:
@@ -262,7 +289,7 @@ def first_at_new_level(y: np.ndarray, a: int, k: int, b: int) -> int:
 
 
 def confirming_runs(y: np.ndarray, a: int, k: int, b: int, sigma: float, tests: int,
-                    alpha: float) -> int:
+                    alpha: float, dof: float = math.inf) -> int:
     """The most consecutive runs of segment ``y[k:b]`` that confirm its level: each closer to
     the segment's median than to the old segment's (``y[a:k]``; the test of
     :func:`first_at_new_level`), and together, by their median alone, a significant change
@@ -280,7 +307,7 @@ def confirming_runs(y: np.ndarray, a: int, k: int, b: int, sigma: float, tests: 
             continue
         d = abs(float(np.median(y[k + start:k + stop])) - left)
         se = sigma * math.sqrt(1 / len(old) + 1 / length)
-        if max(tests, 1) * math.erfc(d / se / math.sqrt(2)) < alpha:
+        if max(tests, 1) * two_sided_p(d / se, dof) < alpha:
             best = length
     return best
 
@@ -323,7 +350,7 @@ def _detect(values: np.ndarray, lower_better: bool, alpha: float, min_run: int,
         d = float(np.median(right) - np.median(left))
         se = prep.sigma * math.sqrt(1 / (len(left) + earlier) + 1 / len(right))
         tests = b - a - 2 * min_run + 1 + earlier
-        p = min(1.0, tests * math.erfc(abs(d) / se / math.sqrt(2)))
+        p = min(1.0, tests * two_sided_p(abs(d) / se, prep.dof))
         if prep.log:
             pct = [math.expm1(x) * 100 for x in (d, d - 1.96 * se, d + 1.96 * se)]
             before, after = (math.exp(float(np.median(left))),
@@ -336,7 +363,7 @@ def _detect(values: np.ndarray, lower_better: bool, alpha: float, min_run: int,
         if abs(pct[0]) < min_shift_pct:
             continue
         worse = (d > 0) if lower_better else (d < 0)
-        confirming = confirming_runs(raw, a, k, b, prep.sigma, tests, alpha)
+        confirming = confirming_runs(raw, a, k, b, prep.sigma, tests, alpha, prep.dof)
         verdict = IMPROVEMENT
         if worse:
             # At the end of the series, runs after the change are not enough: CONFIRM_RUNS of
