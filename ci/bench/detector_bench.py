@@ -81,7 +81,8 @@ def run_at(src: Path, args: argparse.Namespace) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--before", default="HEAD", help="the revision to compare with")
+    parser.add_argument("--before", default="5f230aa~1",
+                        help="the revision to compare with (default: the normal tail)")
     parser.add_argument("--series", type=int, default=10000)
     parser.add_argument("--noise", type=float, default=0.02)
     parser.add_argument("--seed", type=int, default=2)
