@@ -891,17 +891,20 @@ class Store:
         """Every series with its values, sessions resolved (results DB, else derived).
         ``ids``: those series only; ``since``/``until``: only the values in that time range
         (inclusive), a series without one left out."""
-        where, args = [], []
+        if ids is None and since is None and until is None:
+            return self._load("SELECT series_id, time, run_id, value, band_id FROM samples "
+                              "ORDER BY series_id, time, run_id")
+        # one index range per series (as load_windows), never a scan of every value
+        args: list[object] = [-math.inf if since is None else since,
+                              math.inf if until is None else until]
+        where = ""
         if ids is not None:
-            where.append("series_id IN (SELECT value FROM json_each(?))")
+            where = "WHERE s.id IN (SELECT value FROM json_each(?)) "
             args.append(json.dumps(sorted(set(ids))))
-        if since is not None or until is not None:
-            where.append("time BETWEEN ? AND ?")
-            args += [-math.inf if since is None else since, math.inf if until is None else until]
-        sql = ("SELECT series_id, time, run_id, value, band_id FROM samples "
-               f"{'WHERE ' + ' AND '.join(where) if where else ''} "
-               "ORDER BY series_id, time, run_id")
-        return self._load(sql, args, ids)
+        return self._load(
+            "SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM series s "
+            "JOIN samples v ON v.series_id = s.id AND v.time BETWEEN ? AND ? "
+            f"{where}ORDER BY s.id, v.time, v.run_id", args, ids)
 
     def load_windows(self) -> list[SeriesData]:
         """Every series with its values from its ``trend_state.start`` on (all of a series
