@@ -12,7 +12,7 @@ import re
 import sqlite3
 from pathlib import Path
 
-from conftest import fabreg
+from conftest import REPO, fabreg
 
 from fabreg.review.store import Store
 
@@ -25,6 +25,8 @@ HEADER = ("job_completion_time|reframe version|name|system|partition|environ|job
 HEADER2 = HEADER.replace("|transport|", "|transport|buffer|")
 TESTS = 5  # lines per night, 2 values each
 DAY = 86400
+#: A real perflog of the Sweep check: lines with whole pair tables
+REAL_SWEEP = REPO / "tests" / "data" / "sweep" / "link.log"
 
 
 def night(n: int, header: str = HEADER, scale: float = 1.0) -> list[str]:
@@ -215,3 +217,44 @@ def test_results_db_is_read_again_only_when_it_changed(tmp_path: Path):
     with Store(db, create=False) as store:
         assert {u: s.extras for u, s in store.sessions().items()} == {
             "u1": {"change": "fw-1"}, "u2": {"change": "fw-2"}}
+
+
+def _long_rows(db: Path) -> list[tuple]:
+    with sqlite3.connect(db) as conn:
+        return sorted(conn.execute(
+            "SELECT test, params, system, partition, environ, perfvar, time, value, unit, ref, "
+            "lower_thres, upper_thres, result, jobid, nodelist, session, run_attributes "
+            "FROM long").fetchall())
+
+
+def test_a_large_perflog_is_read_in_pieces_into_the_same_store(tmp_path, monkeypatch, capsys):
+    """A perflog's new lines are parsed and stored a piece at a time (a year of 10,000-node
+    sweeps in one file needs tens of GB as objects): pieces of a few hundred bytes, cut at
+    line ends, a header change among them and lines longer than a piece (a sweep's pair
+    table), give the store that one piece gives, with the same lines counted and the same
+    bad lines reported."""
+    from fabreg.cli import ingest, main
+
+    logs = tmp_path / "perflogs"
+    logs.mkdir()
+    lines = [HEADER, *night(0), *night(1), "not|a|line", *night(2), HEADER2, *night(3, HEADER2)]
+    (logs / "Osu.log").write_text("\n".join(lines) + "\n")
+    sweep = REAL_SWEEP.read_text()
+    (logs / "Sweep.log").write_text(sweep)
+    proc = fabreg("ingest", str(logs), db=tmp_path / "whole.db")
+    assert proc.returncode == 1  # the bad line
+    whole = (proc.stdout + proc.stderr).replace("whole.db", "DB")
+    monkeypatch.setattr(ingest, "PIECE_BYTES", 300)
+    monkeypatch.setenv("FABREG_DB", str(tmp_path / "pieces.db"))
+    assert main(["ingest", str(logs)]) == 1
+    said = capsys.readouterr()
+    pieces = (said.out + said.err).replace("pieces.db", "DB")
+    assert len(ingest._pieces((logs / "Osu.log").read_bytes())) > 5
+    assert len(max(sweep.splitlines(), key=len)) > 300  # a line longer than a piece
+    assert _long_rows(tmp_path / "pieces.db") == _long_rows(tmp_path / "whole.db")
+    assert re.sub(r"\d+\.\d+ s|[\d,.]+ values/s", "", pieces) == re.sub(
+        r"\d+\.\d+ s|[\d,.]+ values/s", "", whole)
+    assert "Osu.log:12: 3 fields" in pieces  # the bad line, by its number in the file
+    # the mark is the whole file's: nothing new to read
+    again = fabreg("ingest", str(logs), db=tmp_path / "pieces.db", check=True).stdout
+    assert "2 unchanged since the last ingest" in again and " 0 new value(s)" in again

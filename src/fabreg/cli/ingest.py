@@ -90,19 +90,55 @@ def _read_perflog(store: Store, path: Path, marks: filemarks.MarkIndex, reread: 
     if new.unchanged:
         tally.unchanged += 1
         return
-    chunk = perflog.read_perflog_bytes(new.data, str(path), new.header, new.first_line,
-                                       formats)
-    perflog.demote_run_only(chunk.samples, tally.run_only)
-    count = store.add(chunk.samples, mark=new.mark(chunk.header))
-    problems = chunk.problems
+    count, problems, lines = IngestCount(), [], 0
+    layouts: dict[str, int] = {}
+    header, first_line = new.header, new.first_line
+    pieces = _pieces(new.data)
+    for i, piece in enumerate(pieces):
+        chunk = perflog.read_perflog_bytes(piece, str(path), header, first_line, formats)
+        perflog.demote_run_only(chunk.samples, tally.run_only)
+        # the file's mark with its last piece: an ingest cut short reads the file again
+        # from the last mark, and the store keeps each value once
+        added = store.add(chunk.samples,
+                          mark=new.mark(chunk.header) if i == len(pieces) - 1 else None)
+        count.added += added.added
+        count.seen += added.seen
+        count.sessions += added.sessions
+        problems += chunk.problems
+        lines += chunk.lines
+        for name, n in chunk.layouts.items():
+            layouts[name] = layouts.get(name, 0) + n
+        header, first_line = chunk.header, first_line + chunk.lines
     if new.first_line == 1:
-        tally.layout(path, chunk.layouts)
-        if not chunk.layouts and len(problems) > 1:
+        tally.layout(path, layouts)
+        if not layouts and len(problems) > 1:
             # No line of the file is in any layout: one line for the file, not one per line.
             problems = [perflog.Problem(str(path), 0, f"not a perflog: none of its "
                                         f"{len(problems)} line(s) is in a ReFrame layout "
                                         f"(line {problems[0].line}: {problems[0].reason})")]
-    tally.count(path, count, problems, chunk.lines)
+    tally.count(path, count, problems, lines)
+
+
+#: A perflog's new lines are parsed and stored this many bytes at a time (whole lines): a
+#: year of 10,000-node sweeps in one file is parsed a night or two at a time, not all at
+#: once (its values would need tens of GB of memory as objects).
+PIECE_BYTES = 8 << 20
+
+
+def _pieces(data: bytes, limit: int | None = None) -> list[bytes]:
+    """``data`` (complete lines) cut after a line end about every ``limit`` bytes (default
+    ``PIECE_BYTES``); a line longer than that is a piece of its own. At least one piece,
+    maybe empty."""
+    limit = PIECE_BYTES if limit is None else limit
+    out, start = [], 0
+    while len(data) - start > limit:
+        cut = data.rfind(b"\n", start, start + limit) + 1
+        if cut <= start:  # one line longer than the limit
+            cut = data.index(b"\n", start + limit) + 1
+        out.append(data[start:cut])
+        start = cut
+    out.append(data[start:])
+    return out
 
 
 def _changed_whole_file(path: Path, marks: filemarks.MarkIndex, reread: bool,
