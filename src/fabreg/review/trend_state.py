@@ -22,6 +22,7 @@ the two agree.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import multiprocessing
 import os
@@ -172,6 +173,9 @@ def analyse(store: Store, alpha: float = trends.ALPHA,
     chunk = max(1, min(5000, len(windows) // max(1, jobs * 4) or 1))
     bounds = [(i, min(i + chunk, len(windows))) for i in range(0, len(windows), chunk)]
     _WORK = (windows, states, alpha, min_shift_pct, window)
+    # The windows read are never freed while judging: kept out of the collector's walks,
+    # in this process and in the forked workers (whose pages they then leave unwritten).
+    gc.freeze()
     try:
         if jobs > 1 and len(bounds) > 1:
             context = multiprocessing.get_context("fork")
@@ -182,6 +186,7 @@ def analyse(store: Store, alpha: float = trends.ALPHA,
             results = _gather(map(_judge_range, bounds), len(windows), progress)
     finally:
         _WORK = None
+        gc.unfreeze()
     out, saved = [], []
     for series, (verdict, changes, noise, row) in zip(windows, results):
         before = states[series.id][1] if series.id in states else 0

@@ -187,12 +187,24 @@ def noise_sigma(y: np.ndarray) -> float:
     if len(y) <= 2:
         return NOISE_FLOOR
     d = np.diff(y)
-    centre = float(np.median(d))
-    start = 1.4826 * float(np.median(np.abs(d - centre)))
+    centre = _median(d)
+    spread = np.abs(d - centre)
+    start = 1.4826 * _median(spread)
     if start == 0.0:  # quantised data, most differences 0: their mean absolute deviation
-        start = math.sqrt(math.pi / 2) * float(np.mean(np.abs(d - centre)))
+        start = math.sqrt(math.pi / 2) * float(spread.mean())
     kept = np.clip(d - centre, -CLIP_SIGMAS * start, CLIP_SIGMAS * start)
-    return max(float(np.sqrt(np.mean(kept ** 2))) / math.sqrt(2), NOISE_FLOOR)
+    return max(math.sqrt(float(kept @ kept) / len(kept) / 2), NOISE_FLOOR)
+
+
+def _median(x: np.ndarray) -> float:
+    """The median of a short 1-D array without NaN, by partition: ``np.median``'s own checks
+    cost more than the work on a window's few dozen values, and a nightly run takes a
+    median of every series."""
+    half = len(x) // 2
+    if len(x) % 2:
+        return float(np.partition(x, half)[half])
+    low, high = np.partition(x, (half - 1, half))[half - 1:half + 1]
+    return (float(low) + float(high)) / 2
 
 
 def two_sided_p(t: float, dof: float) -> float:
@@ -217,11 +229,14 @@ def _prepare(values: np.ndarray, min_run: int, window: Window = FULL) -> Prepare
 
 
 def _best_split(csum: np.ndarray, a: int, b: int, sigma: float, min_run: int,
-                level: tuple[int, float] = (0, 0.0), dof: float = math.inf
-                ) -> tuple[int, float, float]:
+                level: tuple[int, float] = (0, 0.0), dof: float = math.inf,
+                fails_from: float = math.inf) -> tuple[int, float, float]:
     """Best split k in [a+min_run, b-min_run] of y[a:b]: (k, |t|, Bonferroni p). ``level``:
     (runs, sum) of the values before ``a`` at its level (a window's first segment), on the
-    left of every split and counted among the candidates."""
+    left of every split and counted among the candidates. ``fails_from``: a p the caller
+    rejects; a split whose normal-tail p (never above the t tail's) already reaches it gets
+    that p, not the t tail's (most series of a nightly run have no change: it saves the
+    incomplete beta function for each)."""
     ks = np.arange(a + min_run, b - min_run + 1)
     if len(ks) == 0:
         return -1, 0.0, 1.0
@@ -233,7 +248,9 @@ def _best_split(csum: np.ndarray, a: int, b: int, sigma: float, min_run: int,
     t = np.abs(right - left) / (sigma * np.sqrt(1.0 / nl + 1.0 / nr))
     i = int(np.argmax(t))
     tmax = float(t[i])
-    p = min(1.0, (len(ks) + runs) * two_sided_p(tmax, dof))
+    p = min(1.0, (len(ks) + runs) * two_sided_p(tmax, math.inf))
+    if p < fails_from:
+        p = min(1.0, (len(ks) + runs) * two_sided_p(tmax, dof))
     return int(ks[i]), tmax, p
 
 
@@ -253,7 +270,7 @@ def change_points(values: np.ndarray, alpha: float = ALPHA, min_run: int = MIN_R
         if b - a < 2 * min_run:
             continue
         k, _, p = _best_split(csum, a, b, prep.sigma, min_run, level if a == first else (0, 0.0),
-                              prep.dof)
+                              prep.dof, fails_from=alpha)
         if k >= 0 and p < alpha:
             found.append(k)
             todo += [(a, k), (k, b)]
