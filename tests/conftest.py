@@ -69,6 +69,17 @@ def fabreg(*args: str, db: Path | None = None, check: bool = False,
     return proc
 
 
+def synthetic_store(root: Path, **generate_args: object) -> Path:
+    """``root/fabreg.db``: nightly perflogs of ``fabreg.review.synthetic.generate`` (its
+    arguments) in ``root/perflogs``, ingested by the real CLI."""
+    from fabreg.review.synthetic import generate
+
+    generate(root / "perflogs", **generate_args)
+    db = root / "fabreg.db"
+    fabreg("ingest", "-q", str(root / "perflogs"), db=db, check=True)
+    return db
+
+
 @pytest.fixture
 def run_fabreg():
     return fabreg

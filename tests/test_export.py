@@ -4,7 +4,6 @@ server, label uniqueness, the Grafana dashboard answered by a real Prometheus se
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import socket
@@ -16,12 +15,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import synthetic_store
 from prometheus_client.parser import text_string_to_metric_families
 
 from fabreg.review import export
 from fabreg.review.perflog import Run, Sample
 from fabreg.review.store import Store
-from fabreg.review.synthetic import generate
 
 REPO = Path(__file__).resolve().parent.parent
 PROMTOOL = shutil.which("promtool")
@@ -59,12 +58,8 @@ def add_shifted_series(store: Store, test: str, params: dict[str, str], start: f
 
 @pytest.fixture(scope="module")
 def store_db(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("export")
-    generate(root / "perflogs", sessions=30, shifted=0.5, seed=21, transports=("shm", "tcp"),
-             nodes=(1, 2))
-    db = root / "fabreg.db"
-    subprocess.run([sys.executable, "-m", "fabreg.cli", "ingest", "-q", str(root / "perflogs")],
-                   env=dict(os.environ, FABREG_DB=str(db)), check=True, capture_output=True)
+    db = synthetic_store(tmp_path_factory.mktemp("export"), sessions=30, shifted=0.5, seed=21,
+                         transports=("shm", "tcp"), nodes=(1, 2))
     with Store(db) as store:
         # A series whose parameter values need escaping.
         run = Run(1.7e9, "Odd", {"transport": 'a"b\\c\nd', "num_nodes": "2"}, "sys", "p", "env",

@@ -19,7 +19,6 @@ import pytest
 from fabreg.review import report
 from fabreg.review.perflog import Run, Sample
 from fabreg.review.store import Store
-from fabreg.review.synthetic import generate
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -58,12 +57,10 @@ def add_flagged_series(db: Path) -> None:
 @pytest.fixture(scope="module")
 def report_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("report")
-    generate(root / "perflogs", sessions=40, shifted=0.1, seed=31, transports=("shm", "tcp"),
-             nodes=(1, 2))
-    db = root / "fabreg.db"
-    from conftest import fabreg
+    from conftest import fabreg, synthetic_store
 
-    fabreg("ingest", "-q", str(root / "perflogs"), db=db, check=True)
+    db = synthetic_store(root, sessions=40, shifted=0.1, seed=31, transports=("shm", "tcp"),
+                         nodes=(1, 2))
     add_flagged_series(db)
     proc = fabreg("report", "--out", str(root / "out"), "--curve-threshold", "0", db=db,
                   check=True)

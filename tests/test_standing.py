@@ -11,14 +11,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import fabreg
+from conftest import fabreg, synthetic_store
 from prometheus_client.parser import text_string_to_metric_families
 
 from fabreg.review import standing, trend_state, trends
 from fabreg.review.perflog import Run, Sample
 from fabreg.review.store import Store
 from fabreg.review.sweeps import MAX_LINK_NODES
-from fabreg.review.synthetic import generate
 
 NIGHT = 86400.0
 #: the xor sweep's rounds (a node and the one that differs in bit k) up to 512 nodes
@@ -28,12 +27,8 @@ ROUNDS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 @pytest.fixture(scope="module")
 def long_store(tmp_path_factory) -> Path:
     """A store of 100 nightly sessions (longer than a trends window) with shifted series."""
-    root = tmp_path_factory.mktemp("standing")
-    generate(root / "perflogs", sessions=100, shifted=0.1, seed=5, transports=("shm", "tcp"),
-             nodes=(1, 2))
-    db = root / "fabreg.db"
-    fabreg("ingest", "-q", str(root / "perflogs"), db=db, check=True)
-    return db
+    return synthetic_store(tmp_path_factory.mktemp("standing"), sessions=100, shifted=0.1,
+                           seed=5, transports=("shm", "tcp"), nodes=(1, 2))
 
 
 def _one_more_night(db: Path) -> None:
