@@ -69,14 +69,23 @@ class State:
         """The ``trend_state`` columns after the series id."""
         c = self.context
         return (self.start, self.before, c.margin, c.level_runs, c.level_sum, c.sigma,
-                c.sigma_runs, json.dumps([dataclasses.asdict(k) for k in self.kept])
-                if self.kept else "")
+                c.sigma_runs, changes_text(self.kept) if self.kept else "")
 
     @classmethod
     def from_row(cls, row: tuple) -> State:
         start, before, *context, kept = row
         return cls(start, before, trends.Window(*context),
-                   [trends.Change(**k) for k in json.loads(kept)] if kept else [])
+                   changes_of(kept) if kept else [])
+
+
+def changes_text(changes: list[trends.Change]) -> str:
+    """Changes as the store keeps them (``trend_state.kept``, ``trend_verdicts.changes``)."""
+    return json.dumps([dataclasses.asdict(c) for c in changes])
+
+
+def changes_of(text: str) -> list[trends.Change]:
+    """The changes of :func:`changes_text`."""
+    return [trends.Change(**c) for c in json.loads(text)]
 
 
 def next_start(changes: list[trends.Change], n: int, window: int, first: int = 0,
@@ -203,8 +212,8 @@ def analyse(store: Store, alpha: float = trends.ALPHA,
 def verdict_rows(verdicts: list[trends.SeriesVerdict]) -> list[tuple[int, str, str, float]]:
     """(series id, verdict, changes as JSON, noise %) of every series not stable without a
     change: what ``Store.save_trend_verdicts`` keeps."""
-    return [(v.series.id, v.verdict, json.dumps([dataclasses.asdict(c) for c in v.changes]),
-             v.noise_pct) for v in verdicts if v.verdict != trends.STABLE or v.changes]
+    return [(v.series.id, v.verdict, changes_text(v.changes), v.noise_pct)
+            for v in verdicts if v.verdict != trends.STABLE or v.changes]
 
 
 def stored_verdict(series: SeriesData, row: tuple[str, str, float] | None
@@ -214,8 +223,7 @@ def stored_verdict(series: SeriesData, row: tuple[str, str, float] | None
     if row is None:
         return trends.SeriesVerdict(series, trends.STABLE)
     verdict, changes, noise = row
-    return placed(trends.SeriesVerdict(series, verdict, [trends.Change(**c) for c in
-                                                         json.loads(changes)], noise))
+    return placed(trends.SeriesVerdict(series, verdict, changes_of(changes), noise))
 
 
 def placed(verdict: trends.SeriesVerdict, series: SeriesData | None = None
