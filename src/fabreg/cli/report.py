@@ -67,8 +67,9 @@ def run(args: argparse.Namespace) -> int:
         # a sweep of thousands of nodes is shown per node and round (isolation.html): of its
         # links, only those slow in it are series of the report
         summarised = summarised_links(sweeps, but_slow=True)
-        left = [v for v in now.verdicts if summarised(v.series)]
-        listed = [v for v in now.verdicts if not summarised(v.series)]
+        left, listed = [], []
+        for v in now.verdicts:
+            (left if summarised(v.series) else listed).append(v)
         shown = standing.whole(store, [v for v in listed if report.is_plotted(v, said)])
         spans = store.session_spans()
         sessions = compare.sessions_of(spans, store.sessions())
