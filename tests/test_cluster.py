@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -438,30 +439,35 @@ def test_reservation_pins_the_run_to_the_reserved_node(cluster, tmp_path):
     assert [r["job_nodelist"] for r in rows] == ["node2"]
 
 
-def test_hung_job_is_killed_at_its_time_limit(cluster, tmp_path):
-    proc = cluster.reframe(tmp_path, "-n", "HangingJob", checks=FAULT_CHECKS, timeout=600)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    assert "killed at its time limit (30.0 s) (scheduler state TIMEOUT)" in out, out[-3000:]
-    assert "due to time limit" in out
-    assert "sleep 600" not in cluster.slurm("squeue", "-h", "-t", "running", "-o", "%o")
-
-
-@pytest.mark.parametrize("selection, environ, endless", [
+#: One real check of each family that never finishes (iterations no time limit allows).
+ENDLESS = {
     # MpiCheck (OSU, and the workload probes on the same base)
-    ("OsuLatency%transport=tcp%nodes=2", "openmpi", "OsuLatency.iterations=1000000000"),
+    ("OsuLatency%transport=tcp%nodes=2", "openmpi"): "OsuLatency.iterations=1000000000",
     # ClientServerCheck (ucx_perftest, and perftest on the same base)
-    ("UcxPerftestLatency%nodes=2%ucx_test=tag_lat%transport=tcp%buffer=host", "builtin",
-     "UcxPerftestLatency.iterations=2000000000"),
-])
-def test_every_check_family_fails_with_the_schedulers_reason(cluster, tmp_path, selection,
-                                                             environ, endless):
-    """A real check that Slurm kills at its time limit says so, not "rows missing"."""
-    proc = cluster.reframe(tmp_path, "-n", selection, "-p", environ, "-S", endless,
-                           "-S", "time_limit=30s", timeout=600)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0, out[-3000:]
-    assert "killed at its time limit (30.0 s) (scheduler state TIMEOUT)" in out, out[-3000:]
+    ("UcxPerftestLatency%nodes=2%ucx_test=tag_lat%transport=tcp%buffer=host", "builtin"):
+        "UcxPerftestLatency.iterations=2000000000",
+}
+
+
+def test_every_check_family_is_killed_at_its_time_limit_and_says_so(cluster, tmp_path):
+    """A real check that Slurm kills at its time limit says so, not "rows missing", and
+    leaves no job running. The families run in two sessions at once (the partition runs one
+    job at a time per session): Slurm kills a job only at whole minutes past its start, so
+    two waits in a row would double the test's time for no further assertion."""
+    def killed(case: tuple[str, str], endless: str) -> str:
+        selection, environ = case
+        proc = cluster.reframe(tmp_path / environ, "-n", selection, "-p", environ,
+                               "-S", endless, "-S", "time_limit=30s", timeout=600)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0, out[-3000:]
+        return out
+    with ThreadPoolExecutor(len(ENDLESS)) as pool:
+        outputs = list(pool.map(killed, ENDLESS, ENDLESS.values()))
+    for out in outputs:
+        assert "killed at its time limit (30.0 s) (scheduler state TIMEOUT)" in out, out[-3000:]
+        assert "due to time limit" in out, out[-3000:]
+    running = cluster.slurm("squeue", "-h", "-t", "running", "-o", "%j")
+    assert not any(case.split("%")[0] in running for case, _ in ENDLESS), running
 
 
 def test_node_dying_mid_run_fails_its_job_and_the_run_goes_on(cluster, tmp_path):

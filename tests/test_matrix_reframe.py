@@ -139,7 +139,8 @@ def test_nightly_run_logs_transport_bands_deviation_missing_and_busbw(tmp_path):
     perflogs = tmp_path / "perflogs"
     proc = run_reframe("-r", "--mode", "nightly", "-S", "valid_prog_environs=openmpi,mpich",
                        "-n", "OsuLatency", "-n", "OsuBandwidth", "-n", "OsuAllreduce",
-                       "-S", "perf_sizes=1024", "-S", "contended_share=1.0", checks=checks,
+                       "-S", "perf_sizes=1024", "-S", "contended_share=1.0",
+                       "-S", "confirm_span=4", checks=checks,
                        perflog_dir=perflogs, cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert "OsuBandwidth" in out and "failed to meet reference(s): bandwidth_1KB" in out

@@ -17,21 +17,6 @@ class _OnMinicluster(rfm.RunOnlyRegressionTest, SchedulerEndingMixin):
     tags = {"fabreg-cluster-faults"}
 
 
-@rfm.simple_test
-class HangingJob(_OnMinicluster):
-    """Never finishes: Slurm must kill it at its time limit (whole minutes)."""
-
-    num_tasks = 2
-    num_tasks_per_node = 1
-    executable = "sleep"
-    executable_opts = ["600"]
-    time_limit = "30s"
-
-    @sanity_function
-    def finished(self):
-        return sn.assert_found(r"never printed", self.stdout)
-
-
 class _Figure(_OnMinicluster):
     """A one-node job that reports a figure, so it writes a perflog line."""
 
