@@ -234,7 +234,8 @@ def _failing_on_a_quiet_host(tmp_path: Path, control_rows: str, confirm_runs: in
     (checks / "references" / "local.yaml").write_text(UNREACHABLE + control_rows)
     proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL,
                        "-S", "contended_share=1.0", "-S", f"confirm_runs={confirm_runs}",
-                       "-S", "confirm_span=4", checks=checks, perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+                       "-S", "confirm_span=4", checks=checks,
+                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
     return proc, proc.stdout + proc.stderr
 
 
