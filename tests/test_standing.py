@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fabreg.review import standing, trend_state, trends
 from fabreg.review.perflog import Run, Sample
 from fabreg.review.store import Store
-from fabreg.review.sweeps import MAX_LINK_NODES
+from fabreg.review.sweeps import MAX_LINK_NODES, link_families, link_of
 
 NIGHT = 86400.0
 #: the xor sweep's rounds (a node and the one that differs in bit k) up to 512 nodes
@@ -184,3 +184,20 @@ def test_the_report_of_a_large_sweep_plots_only_its_slow_links(sweep_store, tmp_
         r"Sweep node_a=(nid\d+) node_b=(nid\d+) transport=ucx_rc [^\n]*\(plots/series-", md)}
     assert drawn == CAPPED
     assert (out / "isolation.html").exists()
+
+
+def test_the_gate_opens_on_the_capped_link_alone_nightly_or_read_whole(sweep_store):
+    """The links of the sweep are judged as one family (``trends.family_wise``), in the
+    nightly's windows and in a full read alike: the capped link is the only open regression."""
+    with Store(sweep_store, create=False) as store:
+        every = store.load()
+    family = [v for v in trends.analyse(every, families=link_families(every))
+              if v.open_regression]
+    assert {link_of(v.series.key)[1:] for v in family} == CAPPED
+    for args in (["--incremental"], []):
+        said = fabreg("trends", "-q", *args, db=sweep_store)
+        assert said.returncode == 1, said.stdout + said.stderr
+        opened = re.findall(r"^REGRESSION +Sweep node_a=(nid\d+) node_b=(nid\d+)", said.stdout,
+                            re.M)
+        assert set(opened) == CAPPED, said.stdout
+        assert "2 open regression(s)" in said.stdout

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from fabreg.review import trends
+from fabreg.review.store import SeriesData, SeriesKey
+from fabreg.review.sweeps import link_families
 from fabreg.review.synthetic import generate
 from fabreg.schema import lower_is_better
 
@@ -241,3 +243,33 @@ def test_the_gate_can_fail_on_suspects(tmp_path, run_fabreg):
     assert "1 suspect(s)" in quiet.stdout and "SUSPECT" in quiet.stdout
     strict = run_fabreg("trends", "--fail-on", "suspect", db=db)
     assert strict.returncode == 1
+
+
+def _link(i: int, values: np.ndarray) -> SeriesData:
+    n = len(values)
+    key = SeriesKey("Sweep", (("node_a", f"nid{i:05d}"), ("node_b", "nid00000")), "big",
+                    "compute", "openmpi", "link_bandwidth")
+    return SeriesData(i, key, "MB/s", np.arange(n) * 86400.0, values, *[np.full(n, np.nan)] * 3,
+                      [""] * n, [f"s{j}" for j in range(n)], [""] * n)
+
+
+def test_a_link_change_that_does_not_hold_across_its_family_is_a_suspect():
+    """14 nights of a 2 % noisy link, its last 3 at 15 % less: a confirmed regression judged
+    alone, but among the 450,000 links of a 10,000-node sweep one such p-value is expected
+    of noise, so there a suspect; a link at half speed is a regression in either."""
+    rng = np.random.default_rng(7)
+    mild, half = (12000 * np.exp(rng.normal(0, 0.02, 14)) for _ in range(2))
+    mild[11:] *= 0.85
+    half[11:] *= 0.5
+    series = [_link(1, mild), _link(2, half)]
+    alone = trends.analyse(series)
+    assert [v.verdict for v in alone] == [trends.REGRESSION, trends.REGRESSION]
+    p = alone[0].deciding.pvalue
+    assert p < trends.ALPHA < p * 450_000  # what the family changes
+    family = trends.analyse(series, families={1: 450_000, 2: 450_000})
+    assert [v.verdict for v in family] == [trends.SUSPECT, trends.REGRESSION]
+    assert family[0].changes[-1].shift_pct == alone[0].changes[-1].shift_pct
+    # the family is counted from the store: every link of one sweep figure, none else
+    check = SeriesData(3, SeriesKey("OSU", (), "big", "compute", "openmpi", "latency_8B"), "us",
+                       *[np.zeros(0)] * 5, [], [], [])
+    assert link_families([*series, check]) == {1: 2, 2: 2}

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from fabreg.cli.since_option import since_time
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
-from fabreg.review import trend_state, trends
+from fabreg.review import sweeps, trend_state, trends
 from fabreg.review.progress import Progress
 from fabreg.review.store import Store
 
@@ -71,12 +71,13 @@ def analyse_store(args: argparse.Namespace, quiet: bool = False) -> list[trends.
                 raise FabregError(f"--match {match!r} matches no series in the store")
             return verdicts
         all_series = store.load()
+    families = sweeps.link_families(all_series)  # of the whole store, matched or not
     if match:
         all_series = [s for s in all_series if match in s.key.text()]
         if not all_series:
             raise FabregError(f"--match {match!r} matches no series in the store")
     return trends.analyse(all_series, alpha=args.alpha, min_shift_pct=args.min_shift,
-                          progress=progress)
+                          progress=progress, families=families)
 
 
 #: Exit status of ``trends`` on a store without a series (0: no open regression, 1: one is

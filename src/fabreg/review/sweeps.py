@@ -161,6 +161,18 @@ def link_of(key: SeriesKey) -> tuple[SeriesKey, str, str] | None:
             params[at_a][1], params[at_b][1])
 
 
+def link_families(all_series: Iterable[SeriesData]) -> dict[int, int]:
+    """Series id -> how many link series its sweep figure has (the same sweep, system,
+    partition, environment and figure), for each per-link series: the family whose changes
+    the trends gate judges together (``fabreg.review.trends.family_wise``)."""
+    members: dict[SeriesKey, list[int]] = defaultdict(list)
+    for s in all_series:
+        link = link_of(s.key)
+        if link is not None:
+            members[link[0]].append(s.id)
+    return {i: len(ids) for ids in members.values() for i in ids}
+
+
 def summarised_links(sweeps: Iterable[Sweep], but_slow: bool = False
                      ) -> Callable[[SeriesData], bool]:
     """Whether a series is a link of a sweep shown per node and per round (more than

@@ -31,7 +31,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from fabreg.review import trends
+from fabreg.review import sweeps, trends
 from fabreg.review.store import SeriesData, Store
 
 #: Runs every series' window holds at least (two months of nightlies) ...
@@ -51,7 +51,8 @@ def settings(alpha: float, min_shift_pct: float, window: int = WINDOW) -> str:
                        "step": STEP, "margin": MARGIN, "min_run": trends.MIN_RUN,
                        "confirm_runs": trends.CONFIRM_RUNS,
                        "noise": "winsorised differences, t tail",
-                       "dof_per_difference": trends.DOF_PER_DIFFERENCE}, sort_keys=True)
+                       "dof_per_difference": trends.DOF_PER_DIFFERENCE,
+                       "family": "links of a sweep figure, Bonferroni"}, sort_keys=True)
 
 
 @dataclasses.dataclass
@@ -202,6 +203,8 @@ def analyse(store: Store, alpha: float = trends.ALPHA,
         out.append(trends.SeriesVerdict(series, verdict, changes, noise, before))
         if row is not None:  # most nights a window only grows: nothing to write
             saved.append((series.id, *row))
+    # the states keep each series' own verdicts; its family's bar is applied on every read
+    trends.family_wise(out, sweeps.link_families(loaded), alpha)
     if save:
         store.save_trend_states(saved)
         if len(windows) == len(loaded):

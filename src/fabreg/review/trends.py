@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -415,7 +416,9 @@ def detect(series: SeriesData, alpha: float = ALPHA, min_run: int = MIN_RUN,
 
 
 def analyse(all_series: list[SeriesData], alpha: float = ALPHA, min_run: int = MIN_RUN,
-            min_shift_pct: float = MIN_SHIFT_PCT, progress=None) -> list[SeriesVerdict]:
+            min_shift_pct: float = MIN_SHIFT_PCT, progress=None,
+            families: Mapping[int, int] | None = None) -> list[SeriesVerdict]:
+    """Every series judged whole; ``families``: see :func:`family_wise`."""
     out = []
     for i, series in enumerate(all_series):
         verdict = detect(series, alpha, min_run, min_shift_pct)
@@ -423,4 +426,27 @@ def analyse(all_series: list[SeriesData], alpha: float = ALPHA, min_run: int = M
         out.append(verdict)
         if progress is not None:
             progress(i + 1, len(all_series))
-    return out
+    return family_wise(out, families or {}, alpha)
+
+
+def family_wise(verdicts: list[SeriesVerdict], families: Mapping[int, int],
+                alpha: float = ALPHA) -> list[SeriesVerdict]:
+    """``verdicts`` with each series of a family of ``n`` (``families``: series id -> ``n``;
+    the links of one sweep figure, ``fabreg.review.sweeps.link_families``) judged against
+    the whole family: a worse change is a regression only when its p-value holds at
+    ``alpha / n`` (Bonferroni), else it is a suspect, shown and not gating.
+
+    A sweep gives every link a series of its own: at 10,000 nodes 450,000 of them are
+    judged each night, and at ``alpha`` each, noise alone would open dozens of regressions
+    a night. A link at half speed is far beyond either bar (``ci/bench/detector_bench.py``
+    prints what each family size still catches)."""
+    for v in verdicts:
+        n = families.get(v.series.id, 1)
+        if n <= 1 or not any(c.verdict == REGRESSION and c.pvalue * n >= alpha
+                             for c in v.changes):
+            continue
+        v.changes = [replace(c, verdict=SUSPECT)
+                     if c.verdict == REGRESSION and c.pvalue * n >= alpha else c
+                     for c in v.changes]
+        v.verdict = overall(v.changes)
+    return verdicts
