@@ -12,7 +12,7 @@ import numpy as np
 from conftest import fabreg
 
 from fabreg.review import trend_state, trends
-from fabreg.review.store import SeriesData, SeriesKey
+from fabreg.review.store import SeriesData, SeriesKey, Store
 from fabreg.review.synthetic import EPOCH, generate
 
 SESSIONS = 150
@@ -156,3 +156,31 @@ def test_a_state_table_of_another_shape_is_made_anew(tmp_path):
     proc = fabreg("trends", "--incremental", "--format", "json", db=db)
     assert proc.returncode == 0, proc.stderr
     assert len(_states(db)) == 40
+
+
+def test_a_first_run_in_batches_of_series_keeps_what_one_read_of_all_keeps(tmp_path,
+                                                                          monkeypatch):
+    """A first run (no state) reads each series whole, ``FIRST_BATCH`` series at a time: the
+    same verdicts and states as one read, and each verdict holds its series' window only
+    (with the runs before it counted), as the nightly runs after it will."""
+    data = generate(tmp_path / "logs", sessions=SESSIONS, transports=("tcp",), nodes=(2,),
+                    shifted=1.0, seed=3)
+    one = tmp_path / "one.db"
+    fabreg("ingest", "-q", str(data.root), db=one, check=True)
+    batched = tmp_path / "batched.db"
+    shutil.copyfile(one, batched)
+    with Store(one, create=False) as store:
+        whole = trend_state.analyse(store)
+        total = {s.id: len(s) for s in store.load()}
+    monkeypatch.setattr(trend_state, "FIRST_BATCH", 7)
+    with Store(batched, create=False) as store:
+        parts = trend_state.analyse(store)
+    assert len(whole) == len(parts) == 40
+    for a, b in zip(whole, parts):
+        assert (a.series.id, a.verdict, a.before) == (b.series.id, b.verdict, b.before)
+        assert trend_state.changes_text(a.changes) == trend_state.changes_text(b.changes)
+        assert list(a.series.time) == list(b.series.time)
+        assert a.before + len(a.series) == total[a.series.id]
+    assert sum(v.before > 0 for v in parts) >= 20  # most series: their window only
+    assert _states(one) == _states(batched)
+    assert any(c.index == -1 for v in parts for c in v.changes)  # changes before a window

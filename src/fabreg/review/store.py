@@ -287,6 +287,13 @@ class SeriesData:
         return len(self.value)
 
 
+def series_order(series: SeriesData) -> tuple:
+    """The order the loads return series in: by test, parameters, system, partition,
+    environment and variable."""
+    k = series.key
+    return (k.test, k.params, k.system, k.partition, k.environ, k.perfvar)
+
+
 @dataclass(frozen=True)
 class LinkValue:
     """A per-link series' newest value and its run: all a sweep's judgement needs of each
@@ -893,6 +900,13 @@ class Store:
             "CROSS JOIN samples v ON v.series_id = s.id AND v.time BETWEEN ? AND ? "
             f"{where}ORDER BY s.id, v.time, v.run_id", args, ids)
 
+    def series_ids(self) -> list[int]:
+        """Every series' id, in the order the loads return them."""
+        return [row[0] for row in self._query("SELECT id FROM series ORDER BY id")]
+
+    def series_count(self) -> int:
+        return self._query("SELECT COUNT(*) FROM series")[0][0]
+
     def load_windows(self) -> list[SeriesData]:
         """Every series with its values from its ``trend_state.start`` on (all of a series
         without one): what ``trends --incremental`` reads, one index range per series (after
@@ -974,8 +988,7 @@ class Store:
             out = self._read_all(sql, args, keys, bands, run_session, run_job, newest)
         except sqlite3.Error as err:
             raise self._error(err) from None
-        out.sort(key=lambda s: (s.key.test, s.key.params, s.key.system, s.key.partition,
-                                s.key.environ, s.key.perfvar))
+        out.sort(key=series_order)
         return out
 
     def _series_keys(self, ids: Iterable[int] | None = None) -> dict[int, SeriesKey]:

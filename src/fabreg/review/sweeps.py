@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from statistics import median
+from typing import Protocol
 
 from fabreg import isolation
 from fabreg.isolation import HIGHER_IS_BETTER
@@ -161,7 +162,17 @@ def link_of(key: SeriesKey) -> tuple[SeriesKey, str, str] | None:
             params[at_a][1], params[at_b][1])
 
 
-def link_families(all_series: Iterable[SeriesData]) -> dict[int, int]:
+class Keyed(Protocol):
+    """A series, or what is left of one read and dropped: its id and key."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def key(self) -> SeriesKey: ...
+
+
+def link_families(all_series: Iterable[Keyed]) -> dict[int, int]:
     """Series id -> how many link series its sweep figure has (the same sweep, system,
     partition, environment and figure), for each per-link series: the family whose changes
     the trends gate judges together (``fabreg.review.trends.family_wise``)."""

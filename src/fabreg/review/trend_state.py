@@ -26,13 +26,13 @@ import gc
 import json
 import multiprocessing
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
 from fabreg.review import sweeps, trends
-from fabreg.review.store import SeriesData, Store
+from fabreg.review.store import SeriesData, SeriesKey, Store, series_order
 
 #: Runs every series' window holds at least (two months of nightlies) ...
 WINDOW = 60
@@ -164,6 +164,12 @@ def _judge_range(bounds: tuple[int, int]) -> list[tuple]:
     return out
 
 
+#: Series a first run (no state yet: each series read whole) reads and judges at a time: its
+#: memory follows this many series' histories and every series' window, not the store's
+#: history (a year of a 10,000-node sweep is 164 M values).
+FIRST_BATCH = 20000
+
+
 def analyse(store: Store, alpha: float = trends.ALPHA,
             min_shift_pct: float = trends.MIN_SHIFT_PCT, window: int = WINDOW,
             keep: Callable[[SeriesData], bool] = lambda s: True,
@@ -172,12 +178,77 @@ def analyse(store: Store, alpha: float = trends.ALPHA,
     """Every series (``keep`` chooses) judged from its window, by ``jobs`` processes (default:
     one per CPU from ``PARALLEL_FROM`` series); with ``save``, the states kept for the next
     run and, when every series was judged, the verdicts for the store's readers
-    (:mod:`fabreg.review.standing`)."""
-    global _WORK
+    (:mod:`fabreg.review.standing`). Each verdict holds its series from its new window on,
+    as the next run will read it."""
     made_with = settings(alpha, min_shift_pct, window)
     states = store.trend_states(made_with, reading=not save)
-    loaded = store.load_windows() if states else store.load()  # no state: every series whole
-    windows = [s for s in loaded if keep(s)]
+    if states:
+        parts: Iterable[list[SeriesData]] = [store.load_windows()]
+    else:  # a first run reads every series whole: a batch of them at a time
+        ids = store.series_ids()
+        parts = (store.load(ids=ids[i:i + FIRST_BATCH])
+                 for i in range(0, len(ids), FIRST_BATCH))
+    total = store.series_count()
+    out, saved, keys, every = [], [], [], True
+    for loaded in parts:
+        windows = [s for s in loaded if keep(s)]
+        every = every and len(windows) == len(loaded)
+        keys += [_Key(s.id, s.key) for s in loaded]
+        del loaded
+        results = _judge_all(windows, states, alpha, min_shift_pct, window, jobs,
+                             _counted(progress, len(out), total))
+        for series, (verdict, changes, noise, row) in zip(windows, results):
+            before = states[series.id][1] if series.id in states else 0
+            judged = trends.SeriesVerdict(series, verdict, changes, noise, before)
+            if row is not None:  # most nights a window only grows: nothing to write
+                saved.append((series.id, *row))
+                if not states:  # read whole: only its window is kept
+                    judged = _from(judged, State.from_row(row))
+            out.append(judged)
+    if not states:  # each batch was in the loads' order
+        out.sort(key=lambda v: series_order(v.series))
+    # the states keep each series' own verdicts; its family's bar is applied on every read
+    trends.family_wise(out, sweeps.link_families(keys), alpha)
+    if save:
+        store.save_trend_states(saved)
+        if every:
+            store.save_trend_verdicts(made_with, verdict_rows(out))
+    return out
+
+
+def _counted(progress: Callable[[int, int], None] | None, done: int, total: int
+             ) -> Callable[[int, int], None] | None:
+    """``progress`` of a batch: the series judged before it counted in."""
+    if progress is None:
+        return None
+    return lambda n, _: progress(done + n, total)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Key:
+    """A series read and not kept: its family still counts it."""
+
+    id: int
+    key: SeriesKey
+
+
+def _from(verdict: trends.SeriesVerdict, state: State) -> trends.SeriesVerdict:
+    """``verdict`` over its series from ``state.start`` on (what the next run reads)."""
+    series = verdict.series
+    first = int(np.searchsorted(series.time, state.start, side="left"))
+    window = dataclasses.replace(
+        series, time=series.time[first:], value=series.value[first:],
+        ref=series.ref[first:], lower=series.lower[first:], upper=series.upper[first:],
+        result=series.result[first:], session=series.session[first:],
+        jobid=series.jobid[first:])
+    return dataclasses.replace(placed(verdict, window), before=verdict.before + first)
+
+
+def _judge_all(windows: list[SeriesData], states: dict[int, tuple], alpha: float,
+               min_shift_pct: float, window: int, jobs: int | None,
+               progress: Callable[[int, int], None] | None) -> list[tuple]:
+    """What :func:`_judge_range` says of each of ``windows``, by ``jobs`` processes."""
+    global _WORK
     if jobs is None:
         jobs = (os.cpu_count() or 1) if len(windows) >= PARALLEL_FROM else 1
     chunk = max(1, min(5000, len(windows) // max(1, jobs * 4) or 1))
@@ -190,26 +261,11 @@ def analyse(store: Store, alpha: float = trends.ALPHA,
         if jobs > 1 and len(bounds) > 1:
             context = multiprocessing.get_context("fork")
             with ProcessPoolExecutor(jobs, mp_context=context) as pool:
-                parts = pool.map(_judge_range, bounds)
-                results = _gather(parts, len(windows), progress)
-        else:
-            results = _gather(map(_judge_range, bounds), len(windows), progress)
+                return _gather(pool.map(_judge_range, bounds), len(windows), progress)
+        return _gather(map(_judge_range, bounds), len(windows), progress)
     finally:
         _WORK = None
         gc.unfreeze()
-    out, saved = [], []
-    for series, (verdict, changes, noise, row) in zip(windows, results):
-        before = states[series.id][1] if series.id in states else 0
-        out.append(trends.SeriesVerdict(series, verdict, changes, noise, before))
-        if row is not None:  # most nights a window only grows: nothing to write
-            saved.append((series.id, *row))
-    # the states keep each series' own verdicts; its family's bar is applied on every read
-    trends.family_wise(out, sweeps.link_families(loaded), alpha)
-    if save:
-        store.save_trend_states(saved)
-        if len(windows) == len(loaded):
-            store.save_trend_verdicts(made_with, verdict_rows(out))
-    return out
 
 
 def verdict_rows(verdicts: list[trends.SeriesVerdict]) -> list[tuple[int, str, str, float]]:
