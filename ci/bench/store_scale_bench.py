@@ -8,7 +8,8 @@ median latency per pair, loopback and memory controls per node; 2 % lognormal no
 one link at half speed in the newest night. For each N and each layout, through the real CLI:
 the first ingest of all nights but the newest, the newest night appended, ``fabreg isolate``
 and ``fabreg trends`` on the result, and (current layout) the nightly
-``fabreg trends --incremental`` after the appended night (its state made by a run before it);
+``fabreg trends --incremental`` after the appended night (its state made by a first run before
+it, whose wall time and peak memory are printed: it reads every series whole);
 (with the open regressions and suspects it counts: the newest night's capped link is 6
 series, both directions' bandwidth and latencies; the rest are false alarms on noise),
 then (current layout) ``fabreg report`` and ``fabreg export prometheus``, which read the
@@ -36,6 +37,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -111,19 +113,31 @@ def generate(root: Path, n: int, nights: int, seed: int = 1) -> tuple[Path, str,
 TIMEOUT = 900.0
 
 
-def fabreg(python_path: Path, args: list[str], db: Path) -> tuple[float, str]:
+def fabreg(python_path: Path, args: list[str], db: Path) -> tuple[float, str, float]:
+    """(wall seconds, stdout, peak resident MB of the command's main process)."""
     env = dict(os.environ, PYTHONPATH=str(python_path), FABREG_DB=str(db))
     start = time.perf_counter()
-    try:
-        proc = subprocess.run([sys.executable, "-m", "fabreg.cli", *args], env=env,
-                              capture_output=True, text=True, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        return math.inf, ""
-    wall = time.perf_counter() - start
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "fabreg.cli", *args], env=env,
+                                stdout=out, stderr=err, text=True)
+        timer = threading.Timer(TIMEOUT, proc.kill)
+        timer.start()
+        try:  # wait4: this command's own usage (the processes it waited for included)
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if wall >= TIMEOUT:
+            return math.inf, "", math.nan
+        peak = usage.ru_maxrss / 1024
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if proc.returncode not in (0, 1):
         sys.exit(f"fabreg {' '.join(args)} ({python_path}) failed ({proc.returncode}): "
-                 f"{proc.stderr[-1500:]}")
-    return wall, proc.stdout
+                 f"{stderr[-1500:]}")
+    return wall, stdout, peak
 
 
 def store_bytes(db: Path) -> int:
@@ -134,16 +148,18 @@ def measure(src: Path, work: Path, log: Path, newest: str, values: int,
             with_trends: bool, incremental: bool) -> dict[str, object]:
     db = work / "fabreg.db"
     head = log.read_bytes()
-    first, _ = fabreg(src, ["ingest", "-q", str(log.parent.parent.parent)], db)
+    first = fabreg(src, ["ingest", "-q", str(log.parent.parent.parent)], db)[0]
+    first_trends = first_peak = math.nan
     if incremental:  # the state the nightly trends starts from (this run reads all)
-        fabreg(src, ["trends", "--incremental", "-q", "--format", "json"], db)
+        first_trends, _, first_peak = fabreg(
+            src, ["trends", "--incremental", "-q", "--format", "json"], db)
     before = store_bytes(db)
     with log.open("a") as out:
         out.write(newest)
-    append, _ = fabreg(src, ["ingest", "-q", str(log.parent.parent.parent)], db)
+    append = fabreg(src, ["ingest", "-q", str(log.parent.parent.parent)], db)[0]
     nightly, alarms = math.nan, "-"
     if incremental:
-        nightly, said = fabreg(src, ["trends", "--incremental", "-q"], db)
+        nightly, said, _ = fabreg(src, ["trends", "--incremental", "-q"], db)
         found = re.search(r"(\d+) open regression\(s\), (\d+) suspect\(s\)", said)
         alarms = f"{found[1]}/{found[2]}" if found else "?"
     report = exported = math.nan
@@ -152,12 +168,13 @@ def measure(src: Path, work: Path, log: Path, newest: str, values: int,
         exported = fabreg(src, ["export", "prometheus", "--out", str(work / "fabreg.prom")],
                           db)[0]
     log.write_bytes(head)  # the next layout starts from the same files
-    isolate, out = fabreg(src, ["isolate"], db)
+    isolate, out, _ = fabreg(src, ["isolate"], db)
     trends = fabreg(src, ["trends", "--format", "json"], db)[0] if with_trends else math.nan
     suspects = sorted({line.split("SUSPECT", 1)[1].strip().split(":")[0]
                        for line in out.splitlines() if "SUSPECT" in line})
     size = store_bytes(db)
     return {"first": first, "append": append, "isolate": isolate, "trends": trends,
+            "first_trends": first_trends, "first_peak": first_peak,
             "nightly": nightly, "alarms": alarms, "report": report, "export": exported,
             "bytes": size, "per_value": size / values, "night_bytes": size - before,
             "suspects": suspects}
@@ -166,8 +183,8 @@ def measure(src: Path, work: Path, log: Path, newest: str, values: int,
 def measure_checks(src: Path, work: Path, perflogs: Path, values: int) -> dict[str, float]:
     """A year of nightly check perflogs (``synthetic.generate``): ingest, trends, size."""
     db = work / "fabreg.db"
-    first, _ = fabreg(src, ["ingest", "-q", str(perflogs)], db)
-    trends, _ = fabreg(src, ["trends", "--format", "json"], db)
+    first = fabreg(src, ["ingest", "-q", str(perflogs)], db)[0]
+    trends = fabreg(src, ["trends", "--format", "json"], db)[0]
     size = store_bytes(db)
     return {"first": first, "trends": trends, "bytes": size, "per_value": size / values}
 
@@ -234,7 +251,7 @@ def main() -> int:
           f"{'store MB':>9} {'ingest s':>9} {'+1 night s':>10} {'isolate s':>9} "
           f"{'trends s':>9} {'nightly s':>9} {'open/susp':>9} {'report s':>8} {'export s':>8} "
           f"{'MB/night':>8} "
-          f"{'year GB':>8}  suspects")
+          f"{'year GB':>8} {'1st trends s':>12} {'1st peak MB':>11}  suspects")
     try:
         if args.checks_scale:
             checks_year(base, layouts, args.checks_scale)
@@ -257,7 +274,7 @@ def main() -> int:
                       f"{r['isolate']:>9.2f} {r['trends']:>9.1f} {r['nightly']:>9.1f} "
                       f"{r['alarms']:>9} {r['report']:>8.1f} {r['export']:>8.1f} "
                       f"{r['night_bytes'] / 1e6:>8.1f} "
-                      f"{year:>8.2f}  "
+                      f"{year:>8.2f} {r['first_trends']:>12.1f} {r['first_peak']:>11.0f}  "
                       f"{', '.join(r['suspects']) or '-'}", flush=True)
             if len(rows) == 2:
                 old, new = rows["first layout"], rows["current"]
