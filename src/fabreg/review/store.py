@@ -236,33 +236,27 @@ def _series_key(test: str, system: str, partition: str, environ: str, perfvar: s
                      environ, perfvar)
 
 
-def _all_text(*values: object) -> bool:
-    return all(type(v) is str for v in values)
-
-
-def _params_text(params: tuple[tuple[str, str], ...]) -> str:
-    """``series.params``: a series' parameters as stored, ``json.dumps(dict(params),
-    sort_keys=True)`` (params are sorted); built from JSON's own string encoder when all are
-    strings: a night of a 10,000-node sweep writes 450,000 of them."""
-    if not _all_text(*(x for pair in params for x in pair)):
-        return json.dumps(dict(params), sort_keys=True)
-    return "{" + ", ".join(f"{_json_str(k)}: {_json_str(v)}" for k, v in params) + "}"
-
-
-def _key_prefix(test: str, params: tuple[tuple[str, str], ...], system: str, partition: str,
-                environ: str) -> str:
-    """``_key_text`` but its performance variable: the same for every variable of one run."""
-    if not _all_text(test, system, partition, environ, *(x for pair in params for x in pair)):
-        return json.dumps([test, params, system, partition, environ],
-                          separators=(",", ":"))[:-1] + ","
-    pairs = ",".join(f"[{_json_str(k)},{_json_str(v)}]" for k, v in params)
-    return (f"[{_json_str(test)},[{pairs}],{_json_str(system)},{_json_str(partition)},"
-            f"{_json_str(environ)},")
+def _run_texts(test: str, params: tuple[tuple[str, str], ...], system: str, partition: str,
+               environ: str) -> tuple[str, str]:
+    """(``_key_text`` but its performance variable, the same for every variable of one run;
+    ``series.params``, the parameters as stored: ``json.dumps(dict(params),
+    sort_keys=True)``, params being sorted). Each string is escaped once, by JSON's own
+    encoder, when all are strings: a night of a 10,000-node sweep has 150,000 runs."""
+    texts = [test, system, partition, environ, *(x for pair in params for x in pair)]
+    if not all(type(v) is str for v in texts):
+        return (json.dumps([test, params, system, partition, environ],
+                           separators=(",", ":"))[:-1] + ",",
+                json.dumps(dict(params), sort_keys=True))
+    t, sy, pa, en, *pairs = map(_json_str, texts)
+    names, values = pairs[0::2], pairs[1::2]
+    inner = ",".join(f"[{k},{v}]" for k, v in zip(names, values))
+    return (f"[{t},[{inner}],{sy},{pa},{en},",
+            "{" + ", ".join(f"{k}: {v}" for k, v in zip(names, values)) + "}")
 
 
 def _key_text(prefix: str, perfvar: str) -> str:
     """The text a series' hash is taken of: ``json.dumps([test, params, system, partition,
-    environ, perfvar], separators=(",", ":"))``, from its run's ``_key_prefix`` (built from
+    environ, perfvar], separators=(",", ":"))``, from its run's prefix (``_run_texts``, built from
     JSON's own string encoder: a night of a 10,000-node sweep has 450,000 of them)."""
     return prefix + _json_str(perfvar) + "]"
 
@@ -579,6 +573,7 @@ class Store:
         """The series id of each sample, creating series as needed: a few batched statements
         per file, whatever the number of series (a night appended costs little)."""
         keys: dict[tuple, str] = {}
+        params_texts: dict[tuple, str] = {}  # stored parameters, by the run's param_key
         per_sample = []
         last_run = None
         base: tuple = ()
@@ -587,13 +582,13 @@ class Store:
             run = sample.run
             if run is not last_run:  # samples of one run come together
                 base = (run.test, run.param_key, run.system, run.partition, run.environ)
-                prefix = _key_prefix(*base)
+                prefix, params_texts[run.param_key] = _run_texts(*base)
                 last_run = run
             ckey = (*base, sample.perfvar)
             if ckey not in keys:
                 keys[ckey] = _key_text(prefix, sample.perfvar)
             per_sample.append(ckey)
-        ids = self._lookup_series(keys)
+        ids = self._lookup_series(keys, params_texts)
         missing = [ckey for ckey, text in keys.items() if text not in ids]
         if missing:
             # Under our write lock SQLite numbers new rows max(id) + 1, + 2, ... in order.
@@ -602,17 +597,18 @@ class Store:
                 "INSERT INTO series(id, key_hash, test, system, partition, environ, perfvar, "
                 "params) VALUES(?,?,?,?,?,?,?,?)",
                 [(last_id + 1 + i, key_hash(keys[k]), k[0], k[2], k[3], k[4], k[5],
-                  _params_text(k[1])) for i, k in enumerate(missing)])
+                  params_texts[k[1]]) for i, k in enumerate(missing)])
             ids.update({keys[k]: last_id + 1 + i for i, k in enumerate(missing)})
         return [ids[keys[ckey]] for ckey in per_sample]
 
-    def _lookup_series(self, keys: dict[tuple, str]) -> dict[str, int]:
+    def _lookup_series(self, keys: dict[tuple, str], params_text: dict[tuple, str]
+                       ) -> dict[str, int]:
         """Stored series ids by key text (``_key_text``), of the keys stored. ``keys``: key
-        tuple (test, params, system, partition, environ, perfvar) -> its text."""
+        tuple (test, params, system, partition, environ, perfvar) -> its text;
+        ``params_text``: params -> their stored text."""
         wanted = {key_hash(text): key for key, text in keys.items()}
         hashes = list(wanted)
         out: dict[str, int] = {}
-        params_text: dict[tuple, str] = {}  # one run's variables share their parameters
         for i in range(0, len(hashes), 500):
             chunk = hashes[i:i + 500]
             for sid, khash, test, system, part, environ, perfvar, params in self.conn.execute(
@@ -624,8 +620,6 @@ class Store:
                 if key is None or (test, system, part, environ, perfvar) != (
                         key[0], key[2], key[3], key[4], key[5]):
                     continue
-                if key[1] not in params_text:
-                    params_text[key[1]] = _params_text(key[1])
                 if (params == params_text[key[1]]
                         or tuple(sorted(json.loads(params).items())) == key[1]):
                     out[keys[key]] = sid
