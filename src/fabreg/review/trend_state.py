@@ -167,7 +167,7 @@ def _judge_range(bounds: tuple[int, int]) -> list[tuple]:
 #: Series a first run (no state yet: each series read whole) reads and judges at a time: its
 #: memory follows this many series' histories and every series' window, not the store's
 #: history (a year of a 10,000-node sweep is 164 M values).
-FIRST_BATCH = 20000
+FIRST_BATCH = 5000
 
 
 def analyse(store: Store, alpha: float = trends.ALPHA,
@@ -205,6 +205,7 @@ def analyse(store: Store, alpha: float = trends.ALPHA,
                 if not states:  # read whole: only its window is kept
                     judged = _from(judged, State.from_row(row))
             out.append(judged)
+        del windows, results  # the batch read whole goes before the next is read
     if not states:  # each batch was in the loads' order
         out.sort(key=lambda v: series_order(v.series))
     # the states keep each series' own verdicts; its family's bar is applied on every read
@@ -236,11 +237,12 @@ def _from(verdict: trends.SeriesVerdict, state: State) -> trends.SeriesVerdict:
     """``verdict`` over its series from ``state.start`` on (what the next run reads)."""
     series = verdict.series
     first = int(np.searchsorted(series.time, state.start, side="left"))
+    # copies: a view would keep the whole history's arrays alive
     window = dataclasses.replace(
-        series, time=series.time[first:], value=series.value[first:],
-        ref=series.ref[first:], lower=series.lower[first:], upper=series.upper[first:],
-        result=series.result[first:], session=series.session[first:],
-        jobid=series.jobid[first:])
+        series, time=series.time[first:].copy(), value=series.value[first:].copy(),
+        ref=series.ref[first:].copy(), lower=series.lower[first:].copy(),
+        upper=series.upper[first:].copy(), result=series.result[first:],
+        session=series.session[first:], jobid=series.jobid[first:])
     return dataclasses.replace(placed(verdict, window), before=verdict.before + first)
 
 
