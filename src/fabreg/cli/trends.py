@@ -127,5 +127,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"{len(verdicts)} series: {summary or 'none'}; "
           f"{sum(v.open_regression for v in verdicts)} open regression(s), "
           f"{sum(v.suspect for v in verdicts)} suspect(s) awaiting "
-          f"{trends.CONFIRM_RUNS} runs that confirm the new level")
+          f"{trends.CONFIRM_RUNS} runs that confirm the new level (a sweep's links: or "
+          "their family's bar)")
     return 1 if open_regressions else 0
