@@ -272,4 +272,4 @@ def test_a_link_change_that_does_not_hold_across_its_family_is_a_suspect():
     # the family is counted from the store: every link of one sweep figure, none else
     check = SeriesData(3, SeriesKey("OSU", (), "big", "compute", "openmpi", "latency_8B"), "us",
                        *[np.zeros(0)] * 5, [], [], [])
-    assert link_families([*series, check]) == {1: 2, 2: 2}
+    assert link_families((s.id, s.key) for s in [*series, check]) == {1: 2, 2: 2}

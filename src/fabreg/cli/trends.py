@@ -71,7 +71,8 @@ def analyse_store(args: argparse.Namespace, quiet: bool = False) -> list[trends.
                 raise FabregError(f"--match {match!r} matches no series in the store")
             return verdicts
         all_series = store.load()
-    families = sweeps.link_families(all_series)  # of the whole store, matched or not
+    # of the whole store, matched or not
+    families = sweeps.link_families((s.id, s.key) for s in all_series)
     if match:
         all_series = [s for s in all_series if match in s.key.text()]
         if not all_series:

@@ -895,11 +895,8 @@ class Store:
             f"{where}ORDER BY s.id, v.time, v.run_id", args, ids)
 
     def series_ids(self) -> list[int]:
-        """Every series' id, in the order the loads return them."""
+        """Every series' id, ascending."""
         return [row[0] for row in self._query("SELECT id FROM series ORDER BY id")]
-
-    def series_count(self) -> int:
-        return self._query("SELECT COUNT(*) FROM series")[0][0]
 
     def load_windows(self) -> list[SeriesData]:
         """Every series with its values from its ``trend_state.start`` on (all of a series

@@ -15,7 +15,6 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Protocol
 
 from fabreg import isolation
 from fabreg.isolation import HIGHER_IS_BETTER
@@ -162,25 +161,16 @@ def link_of(key: SeriesKey) -> tuple[SeriesKey, str, str] | None:
             params[at_a][1], params[at_b][1])
 
 
-class Keyed(Protocol):
-    """A series, or what is left of one read and dropped: its id and key."""
-
-    @property
-    def id(self) -> int: ...
-
-    @property
-    def key(self) -> SeriesKey: ...
-
-
-def link_families(all_series: Iterable[Keyed]) -> dict[int, int]:
+def link_families(keys: Iterable[tuple[int, SeriesKey]]) -> dict[int, int]:
     """Series id -> how many link series its sweep figure has (the same sweep, system,
-    partition, environment and figure), for each per-link series: the family whose changes
-    the trends gate judges together (``fabreg.review.trends.family_wise``)."""
+    partition, environment and figure), for each per-link series of ``keys`` (series id,
+    key): the family whose changes the trends gate judges together
+    (``fabreg.review.trends.family_wise``)."""
     members: dict[SeriesKey, list[int]] = defaultdict(list)
-    for s in all_series:
-        link = link_of(s.key)
+    for sid, key in keys:
+        link = link_of(key)
         if link is not None:
-            members[link[0]].append(s.id)
+            members[link[0]].append(sid)
     return {i: len(ids) for ids in members.values() for i in ids}
 
 

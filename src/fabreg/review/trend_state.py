@@ -184,16 +184,19 @@ def analyse(store: Store, alpha: float = trends.ALPHA,
     states = store.trend_states(made_with, reading=not save)
     if states:
         parts: Iterable[list[SeriesData]] = [store.load_windows()]
+        total = 0  # the windows read
     else:  # a first run reads every series whole: a batch of them at a time
         ids = store.series_ids()
         parts = (store.load(ids=ids[i:i + FIRST_BATCH])
                  for i in range(0, len(ids), FIRST_BATCH))
-    total = store.series_count()
-    out, saved, keys, every = [], [], [], True
+        total = len(ids)
+    out, saved, every = [], [], True
+    keys: list[tuple[int, SeriesKey]] = []  # of every series read, kept or not: its family
     for loaded in parts:
         windows = [s for s in loaded if keep(s)]
         every = every and len(windows) == len(loaded)
-        keys += [_Key(s.id, s.key) for s in loaded]
+        keys += [(s.id, s.key) for s in loaded]
+        total = total or len(windows)
         del loaded
         results = _judge_all(windows, states, alpha, min_shift_pct, window, jobs,
                              _counted(progress, len(out), total))
@@ -223,14 +226,6 @@ def _counted(progress: Callable[[int, int], None] | None, done: int, total: int
     if progress is None:
         return None
     return lambda n, _: progress(done + n, total)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Key:
-    """A series read and not kept: its family still counts it."""
-
-    id: int
-    key: SeriesKey
 
 
 def _from(verdict: trends.SeriesVerdict, state: State) -> trends.SeriesVerdict:
