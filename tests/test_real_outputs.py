@@ -373,7 +373,8 @@ def mvapich2_mpiname() -> None:
                         rdma_devices=("mlx5_0",))
     assert t.availability_problem("mvapich2", "ucx_rc", mrail) is None
     assert t.availability_problem("mvapich2", "tcp", mrail) == (
-        "MVAPICH2 runs TCP only from a socket-channel build (ch3:sock); this one is ch3:mrail")
+        "MVAPICH2 runs TCP only from a socket build (ch3:sock or ch3:nemesis); "
+        "this one is ch3:mrail")
 
 
 # Only parts of issue 7's report could be retrieved: not its header, not its Parameters block

@@ -63,7 +63,7 @@ def test_full_stack_names_every_package_and_variant_the_checks_need():
     for package in SPACK_OSU_PACKAGES:
         assert any(spec.split("@")[0] == package for spec in lists["mpi_benchmarks"])
     assert lists["mpis"] == ["openmpi fabrics=ucx", "mpich netmod=ucx",
-                             "mvapich2 fabrics=mrail", "mvapich2 fabrics=sock"]
+                             "mvapich2 fabrics=mrail", "mvapich2 fabrics=nemesis"]
     assert lists["fabric"] == ["ucx +verbs +rdmacm +rc +ud +dc", "perftest"]
     spack = manifest()
     assert {"matrix": [["$mpi_benchmarks"], ["$^mpis"]]} in spack["specs"]

@@ -62,9 +62,9 @@ CASES = [
     # (spack.yaml, FABREG_SPACK_WITHOUT, refused for)
     (CHECKOUT + DEVELOP_OSU, "mvapich2", "mpich netmod=ucx, openmpi fabrics=ucx"),
     (CHECKOUT + DEVELOP_OSU, "", "mpich netmod=ucx, mvapich2 fabrics=mrail, mvapich2 "
-                                 "fabrics=sock, openmpi fabrics=ucx"),
-    # Two MVAPICH2 builds (mrail, sock) share the tree as well.
-    (CHECKOUT + DEVELOP_OSU, "openmpi mpich", "mvapich2 fabrics=mrail, mvapich2 fabrics=sock"),
+                                 "fabrics=nemesis, openmpi fabrics=ucx"),
+    # Two MVAPICH2 builds (mrail, nemesis) share the tree as well.
+    (CHECKOUT + DEVELOP_OSU, "openmpi mpich", "mvapich2 fabrics=mrail, mvapich2 fabrics=nemesis"),
     (CHECKOUT + DEVELOP_OSU, "mpich mvapich2", None),  # one MPI: the documented way to develop
     (CHECKOUT + DEVELOP_OSU, "mvapich2 osu-micro-benchmarks", None),  # OSU not built at all
     (CHECKOUT, "mvapich2", None),  # nothing developed

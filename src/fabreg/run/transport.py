@@ -9,7 +9,7 @@ name       scope       meaning
 ucx_rc     inter-node  RDMA reliable connected (UCX ``rc``/``rc_x``; MVAPICH2's default)
 ucx_ud     inter-node  RDMA unreliable datagram (UCX ``ud``/``ud_x``; MVAPICH2 UD-only)
 ucx_dc     inter-node  RDMA dynamically connected (UCX ``dc_x``, mlx5 only)
-tcp        inter-node  TCP sockets (UCX ``tcp``; MVAPICH2 socket-channel build)
+tcp        inter-node  TCP sockets (UCX ``tcp``; MVAPICH2 ch3:sock or ch3:nemesis build)
 tcp_ob1    inter-node  TCP through Open MPI's ob1 PML and TCP BTL, no UCX at all
 shm        intra-node  shared memory within one node (UCX ``cuda_ipc`` for GPU buffers)
 =========  ==========  ==============================================================
@@ -372,7 +372,7 @@ def _mvapich2(transport: str, shared: bool, net: NetConfig, inventory: Inventory
         env = [("MPIR_CVAR_NEMESIS_NETMOD", "tcp")]
         if net.tcp_interfaces:
             env.append(("HYDRA_IFACE", net.tcp_interfaces[0]))
-    else:  # tcp: a socket-channel build has nothing to select
+    else:  # tcp on ch3:sock: a socket-channel build has nothing to select
         env = []
     if buffer == "cuda":
         env.append(("MV2_USE_CUDA", "1"))  # off by default in MVAPICH2(-GDR)
@@ -530,8 +530,8 @@ def _mvapich2_problem(transport: str, inventory: Inventory, net: NetConfig) -> s
         return None
     if transport == "tcp" and device not in _MV2_SOCKET_DEVICES:
         what = (f"this one is {device}" if device
-                else "neither `mpiname -a` nor `mpiexec -info` names ch3:sock")
-        return f"MVAPICH2 runs TCP only from a socket-channel build (ch3:sock); {what}"
+                else "neither `mpiname -a` nor `mpiexec -info` names ch3:sock or ch3:nemesis")
+        return f"MVAPICH2 runs TCP only from a socket build (ch3:sock or ch3:nemesis); {what}"
     return None
 
 
