@@ -214,3 +214,13 @@ def test_property_garbage_never_crashes_and_every_line_is_accounted_for(garbage)
         assert 1 <= p.line <= len(lines) and p.reason
     for s in samples:
         assert math.isfinite(s.value) and s.test
+
+
+@given(st.dictionaries(st.text().filter(lambda n: n not in ("node_a", "node_b")), st.text()),
+       st.text(), st.text())
+def test_a_link_key_is_its_parameters_sorted(params, a, b):
+    """A sweep's link runs place node_a/node_b into their run's sorted parameters: the same
+    key as sorting them, or a link's series would split."""
+    base = tuple(sorted(params.items()))
+    assert perflog._link_param_key(base, a, b) == tuple(
+        sorted({**params, "node_a": a, "node_b": b}.items()))

@@ -12,6 +12,7 @@ Timestamps without a UTC offset are taken to be UTC.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
@@ -695,12 +696,21 @@ def without_pair_table(attrs: dict[str, str]) -> dict[str, str]:
     return kept
 
 
+def _link_param_key(base: tuple[tuple[str, str], ...], a: str, b: str
+                    ) -> tuple[tuple[str, str], ...]:
+    """``tuple(sorted({**dict(base), "node_a": a, "node_b": b}.items()))`` of a sorted ``base``
+    without either name, by placing the two pairs (a sweep's 150,000 links share ``base``)."""
+    i = bisect.bisect_left(base, ("node_a",))
+    j = bisect.bisect_left(base, ("node_b",), i)
+    return (*base[:i], ("node_a", a), *base[i:j], ("node_b", b), *base[j:])
+
+
 def link_samples(run: Run) -> list[Sample]:
     """The per-link values of a sweep run (``fabreg.schema.PAIR_TABLE``), one series per link.
 
     Each row becomes a run of the same job whose parameters add ``node_a``/``node_b``, so the
     store keeps one series per link and metric. The run and its links keep only which round
-    measured each pair (:func:`without_pair_table`) instead of the whole table. A malformed
+    measured each pair (:func:`pair_rounds`) instead of the whole table. A malformed
     table is an error of the line.
     """
     text = run.attrs.get(PAIR_TABLE)
@@ -714,20 +724,30 @@ def link_samples(run: Run) -> list[Sample]:
         if not a or not b:
             raise ValueError(f"{PAIR_TABLE} row without node_a/node_b: {row}")
     # One attributes dict for the run and its links: whichever the store keeps has the rounds.
-    kept = run.attrs = without_pair_table(run.attrs)
+    kept = {k: v for k, v in run.attrs.items() if k != PAIR_TABLE}
+    kept[PAIR_ROUNDS] = pair_rounds(rows)
+    run.attrs = kept
+    base = run.param_key
+    placed = "node_a" not in run.params and "node_b" not in run.params
+    perfvars: dict[str, list[tuple[str, str, str]]] = {}  # pattern -> (metric, perfvar, unit)
     for row in rows:
         a, b = str(row["node_a"]), str(row["node_b"])
         link = links.get((a, b))
         if link is None:
             params = {**run.params, "node_a": a, "node_b": b}
-            link = links[(a, b)] = Run(run.time, run.test, params, run.system, run.partition,
-                                       run.environ, run.jobid, run.nodelist, run.display_name,
-                                       run.session, run.source, attrs=kept)
-        for metric, unit in PAIR_METRIC_UNITS.items():
+            link = links[(a, b)] = Run(
+                run.time, run.test, params, run.system, run.partition, run.environ, run.jobid,
+                run.nodelist, run.display_name, run.session, run.source,
+                param_key=_link_param_key(base, a, b) if placed else None, attrs=kept)
+        pattern = str(row.get("pattern", ""))
+        names = perfvars.get(pattern)
+        if names is None:
+            names = perfvars[pattern] = [(metric, pair_perfvar(pattern, metric), unit)
+                                         for metric, unit in PAIR_METRIC_UNITS.items()]
+        for metric, perfvar, unit in names:
             value = row.get(metric)
             if isinstance(value, (int, float)) and math.isfinite(value):
-                out.append(Sample(link, pair_perfvar(str(row.get("pattern", "")), metric),
-                                  float(value), unit))
+                out.append(Sample(link, perfvar, float(value), unit))
     return out
 
 

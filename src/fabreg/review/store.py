@@ -236,27 +236,44 @@ def _series_key(test: str, system: str, partition: str, environ: str, perfvar: s
                      environ, perfvar)
 
 
-def _run_texts(test: str, params: tuple[tuple[str, str], ...], system: str, partition: str,
-               environ: str) -> tuple[str, str]:
-    """(``_key_text`` but its performance variable, the same for every variable of one run;
-    ``series.params``, the parameters as stored: ``json.dumps(dict(params),
-    sort_keys=True)``, params being sorted). Each string is escaped once, by JSON's own
-    encoder, when all are strings: a night of a 10,000-node sweep has 150,000 runs."""
-    texts = [test, system, partition, environ, *(x for pair in params for x in pair)]
-    if not all(type(v) is str for v in texts):
-        return (json.dumps([test, params, system, partition, environ],
-                           separators=(",", ":"))[:-1] + ",",
-                json.dumps(dict(params), sort_keys=True))
-    t, sy, pa, en, *pairs = map(_json_str, texts)
-    names, values = pairs[0::2], pairs[1::2]
-    inner = ",".join(f"[{k},{v}]" for k, v in zip(names, values))
-    return (f"[{t},[{inner}],{sy},{pa},{en},",
-            "{" + ", ".join(f"{k}: {v}" for k, v in zip(names, values)) + "}")
+class _RunTexts(dict):
+    """Builds each run's key prefix and stored parameters (``__call__``), escaping each
+    parameter pair once: kept for one file, whose runs share most pairs (a night of a
+    10,000-node sweep has 150,000 link runs that differ in two). Maps a pair to its two
+    texts, ``[name,value]`` and ``name: value``; None for a pair that is not two strings."""
+
+    def __missing__(self, pair: tuple[str, str]) -> tuple[str, str] | None:
+        name, value = pair
+        texts = None
+        if type(name) is str and type(value) is str:
+            name, value = _json_str(name), _json_str(value)
+            texts = (f"[{name},{value}]", f"{name}: {value}")
+        self[pair] = texts
+        return texts
+
+    def __call__(self, test: str, params: tuple[tuple[str, str], ...], system: str,
+                 partition: str, environ: str) -> tuple[str, str]:
+        """(``_key_text`` but its performance variable, the same for every variable of one
+        run; ``series.params``, the parameters as stored: ``json.dumps(dict(params),
+        sort_keys=True)``, params being sorted), by JSON's own string encoder."""
+        try:
+            pairs = list(map(self.__getitem__, params))
+        except TypeError:  # a pair that cannot be a key: written by json.dumps below
+            pairs = [None]
+        names = (test, system, partition, environ)
+        if None in pairs or not all(type(v) is str for v in names):
+            return (json.dumps([test, params, system, partition, environ],
+                               separators=(",", ":"))[:-1] + ",",
+                    json.dumps(dict(params), sort_keys=True))
+        t, sy, pa, en = map(_json_str, names)
+        inner = ",".join([p[0] for p in pairs])
+        return (f"[{t},[{inner}],{sy},{pa},{en},",
+                "{" + ", ".join([p[1] for p in pairs]) + "}")
 
 
 def _key_text(prefix: str, perfvar: str) -> str:
     """The text a series' hash is taken of: ``json.dumps([test, params, system, partition,
-    environ, perfvar], separators=(",", ":"))``, from its run's prefix (``_run_texts``, built from
+    environ, perfvar], separators=(",", ":"))``, from its run's prefix (``_RunTexts``, built from
     JSON's own string encoder: a night of a 10,000-node sweep has 450,000 of them)."""
     return prefix + _json_str(perfvar) + "]"
 
@@ -487,7 +504,7 @@ class Store:
         """Insert runs; map id(Run) -> runs.id for the runs whose samples this file owns, and
         count the samples removed because a perflog took a run over from a results DB."""
         removed = 0
-        hashes = {r.key: key_hash(r.key) for r in runs}
+        hashes = {k: key_hash(k) for k in {r.key for r in runs}}  # a sweep's links: one key
         known: dict[str, tuple[int, int]] = {}
         wanted = list(set(hashes.values()))
         for i in range(0, len(wanted), 500):  # runs stored before (a file read again)
@@ -578,11 +595,12 @@ class Store:
         last_run = None
         base: tuple = ()
         prefix = ""
+        run_texts = _RunTexts()
         for sample in samples:
             run = sample.run
             if run is not last_run:  # samples of one run come together
                 base = (run.test, run.param_key, run.system, run.partition, run.environ)
-                prefix, params_texts[run.param_key] = _run_texts(*base)
+                prefix, params_texts[run.param_key] = run_texts(*base)
                 last_run = run
             ckey = (*base, sample.perfvar)
             if ckey not in keys:
@@ -606,23 +624,27 @@ class Store:
         """Stored series ids by key text (``_key_text``), of the keys stored. ``keys``: key
         tuple (test, params, system, partition, environ, perfvar) -> its text;
         ``params_text``: params -> their stored text."""
-        wanted = {key_hash(text): key for key, text in keys.items()}
+        # hash -> (the row's columns as written, the key, its text)
+        wanted = {key_hash(text): ((key[0], key[2], key[3], key[4], key[5],
+                                    params_text[key[1]]), key, text)
+                  for key, text in keys.items()}
         hashes = list(wanted)
         out: dict[str, int] = {}
         for i in range(0, len(hashes), 500):
             chunk = hashes[i:i + 500]
-            for sid, khash, test, system, part, environ, perfvar, params in self.conn.execute(
-                    "SELECT id, key_hash, test, system, partition, environ, perfvar, params "
+            for row in self.conn.execute(
+                    "SELECT key_hash, test, system, partition, environ, perfvar, params, id "
                     f"FROM series WHERE key_hash IN ({','.join('?' * len(chunk))})", chunk):
-                key = wanted.get(khash)
+                found = wanted.get(row[0])
+                if found is None:
+                    continue
+                columns, key, text = found
                 # two keys with one hash: told apart by the columns themselves (the
                 # parameters' text as written, else as read)
-                if key is None or (test, system, part, environ, perfvar) != (
-                        key[0], key[2], key[3], key[4], key[5]):
-                    continue
-                if (params == params_text[key[1]]
-                        or tuple(sorted(json.loads(params).items())) == key[1]):
-                    out[keys[key]] = sid
+                if (row[1:7] == columns
+                        or (row[1:6] == columns[:5]
+                            and tuple(sorted(json.loads(row[6]).items())) == key[1])):
+                    out[text] = row[7]
         return out
 
     # -- reading ---------------------------------------------------------------------
