@@ -277,6 +277,30 @@ def test_suggested_file_from_real_runs_gives_each_key_its_median(tmp_path: Path)
     assert again == out
 
 
+def test_a_baseline_of_only_contended_values_is_refused_saying_why(tmp_path, capsys):
+    """Calibration jobs run while the host was busy (seen in CI beside a compiler): every
+    value is left out, and the user is told that, not that the store holds no runs."""
+    db = tmp_path / "fabreg.db"
+    checks = tmp_path / "checks"
+    (checks / "references").mkdir(parents=True)
+    bw2 = {**BW1M, "transport": "tcp", "nodes": 2}
+    with Store(db) as store:
+        for i, value in enumerate([1193.5, 1422.8, 1301.0]):
+            add_run(store, 1000 + i * 10, {"bandwidth_1MB": (value, "MB/s")},
+                    {"bandwidth_1MB": bw2}, system="minicluster", test="OsuBandwidth",
+                    extra={"host_key": "testhost",
+                           "interference": json.dumps({"other_share": 0.74})})
+    code = main(["references", "calibrate", "--db", str(db), "--system", "minicluster",
+                 "--checks", str(checks), "--host-key", "testhost"])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert err.strip().splitlines() == [
+        "fabreg: error: all 3 value(s) of system 'minicluster' on testhost were measured under "
+        "interference (other work took more than 10% of the host's CPU, or judged "
+        "inconclusive): run the checks again while the host is quiet"]
+    assert not list((checks / "references").rglob("*.yaml"))
+
+
 def test_a_baseline_leaves_out_values_measured_under_interference(tmp_path, capsys):
     """A new host's first runs have no reference, hence no verdict: only their interference
     column says that other work took the CPUs. Seen in CI: two such calibration jobs (other

@@ -11,6 +11,8 @@ within the tolerance. Both outputs are read with the suite's one OSU parser.
 Usage (from the repository, with the project virtualenv):
     .venv/bin/python ci/bench/probes_vs_osu.py --osu-prefix PREFIX [--mpi openmpi]
     FABREG_OSU_PREFIX_OPENMPI=... FABREG_OSU_PREFIX_MPICH=... .venv/bin/python ci/bench/...
+Each MPI is Debian's (mpicc.openmpi, mpicc.mpich, mpicc.mvapich2) unless FABREG_<MPI>_PREFIX
+names its install prefix, as for the suite (docs/mpis.md).
 
 Exit status: 0 when the table was printed (1 with --strict if a pair is outside the
 tolerance), 2 when nothing could be compared (no real OSU given, a tool missing,
@@ -29,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from fabreg.run import procfs
@@ -65,7 +67,25 @@ MPIS = {
                    (("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"))),
     "mpich": Mpi("mpich", "mpicc.mpich", ("mpiexec.mpich", "-n", "2"),
                  ("-bind-to", "none"), ("-bind-to", "core"), ("mpichversion",)),
+    "mvapich2": Mpi("mvapich2", "mpicc.mvapich2", ("mpiexec.mvapich2", "-n", "2"),
+                    ("-bind-to", "none"), ("-bind-to", "core"), ("mpichversion.mvapich2",)),
 }
+
+
+def mpi_of(name: str) -> Mpi:
+    """``MPIS[name]``, from the install prefix ``FABREG_<MPI>_PREFIX`` names when it is set
+    (what the suite itself runs: a site's or a source build, e.g. MVAPICH2 or PyPI's MPICH)."""
+    mpi = MPIS[name]
+    prefix = os.environ.get(f"FABREG_{name.upper()}_PREFIX", "")
+    if not prefix:
+        return mpi
+    bindir = Path(prefix) / "bin"
+    if name == "openmpi":
+        launcher, version = str(bindir / "mpirun"), (str(bindir / "mpirun"), "--version")
+    else:
+        launcher, version = str(bindir / "mpiexec"), (str(bindir / "mpichversion"),)
+    return replace(mpi, cc=str(bindir / "mpicc"), launcher=(launcher, *mpi.launcher[1:]),
+                   version_cmd=version)
 
 
 class BenchError(Exception):
@@ -266,7 +286,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Run fabreg's probes and real OSU alternately and compare their figures.")
     parser.add_argument("--osu-prefix", help="install prefix of a real OSU 7.x build "
-                        "(for --mpi, default openmpi); also FABREG_OSU_PREFIX_OPENMPI/_MPICH")
+                        "(for --mpi, default openmpi); also FABREG_OSU_PREFIX_OPENMPI/_MPICH/"
+                        "_MVAPICH2; each MPI from FABREG_<MPI>_PREFIX when set")
     parser.add_argument("--mpi", choices=sorted(MPIS), help="compare only this MPI")
     parser.add_argument("--rounds", type=int, default=5, help="runs of each side (default 5)")
     parser.add_argument("--benchmarks", nargs="+", default=DEFAULT_BENCHMARKS,
@@ -310,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     if not targets:
         which = f" for {args.mpi}" if args.mpi else ""
         print(f"probes_vs_osu: error: no real OSU build given{which}: pass --osu-prefix PREFIX "
-              "(with --mpi) or set FABREG_OSU_PREFIX_OPENMPI / FABREG_OSU_PREFIX_MPICH; "
+              "(with --mpi) or set FABREG_OSU_PREFIX_OPENMPI / _MPICH / _MVAPICH2; "
               "nothing to compare against", file=sys.stderr)
         return 2
     started = time.monotonic()
@@ -320,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="fabreg-probes-") as tmp:
             for name, prefix in targets.items():
-                mpi = MPIS[name]
+                mpi = mpi_of(name)
                 probes = build_probes(mpi, Path(tmp) / name)
                 versions.append(f"{name}: {first_line(mpi.version_cmd)}")
                 compare(mpi, prefix, probes, args, results, busy)

@@ -93,10 +93,15 @@ def run_calibrate(args: argparse.Namespace) -> int:
         if args.partition:
             mine = [rv for rv in values if rv.partition == args.partition]
             kept = [rv for rv in mine if not suggest.measured_under_interference(rv)]
-            left_out.append(len(mine) - len(kept))
-            return kept + suggest.host_control_values(kept)
-        mine = [rv for rv in values if rv.attrs.get("host_key") == host]
-        kept = suggest.baseline_values(mine, host)
+        else:
+            mine = [rv for rv in values if rv.attrs.get("host_key") == host]
+            kept = suggest.baseline_values(mine, host)
+        if mine and not kept:  # a busy host: nothing to calibrate from, and the user told why
+            raise FabregError(
+                f"all {len(mine)} value(s) of system {args.system!r} on "
+                f"{host or f'partition {args.partition}'} were measured under interference "
+                f"(other work took more than {CONTENDED_SHARE:.0%} of the host's CPU, or "
+                "judged inconclusive): run the checks again while the host is quiet")
         left_out.append(len(mine) - len(kept))
         return kept + suggest.host_control_values(kept)
 
