@@ -258,3 +258,42 @@ def test_a_large_perflog_is_read_in_pieces_into_the_same_store(tmp_path, monkeyp
     # the mark is the whole file's: nothing new to read
     again = fabreg("ingest", str(logs), db=tmp_path / "pieces.db", check=True).stdout
     assert "2 unchanged since the last ingest" in again and " 0 new value(s)" in again
+
+
+def test_an_ingest_cut_short_resumes_after_the_last_piece_it_stored(tmp_path, monkeypatch):
+    """The first ingest of a year of 10,000-node sweeps takes many minutes; one stopped
+    midway (killed, out of time) keeps what it stored and the next reads only the rest,
+    into the store one whole ingest gives."""
+    from fabreg.cli import ingest, main
+
+    logs = tmp_path / "perflogs"
+    logs.mkdir()
+    lines = [HEADER, *night(0), *night(1), *night(2), HEADER2, *night(3, HEADER2)]
+    (logs / "Osu.log").write_text("\n".join(lines) + "\n")
+    fabreg("ingest", str(logs), db=tmp_path / "whole.db", check=True)
+
+    monkeypatch.setattr(ingest, "PIECE_BYTES", 300)
+    monkeypatch.setenv("FABREG_DB", str(tmp_path / "cut.db"))
+    real_add, calls = Store.add, []
+
+    def add_then_stop(self, *args, **kwargs):
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # stopped after three pieces were stored
+        calls.append(1)
+        return real_add(self, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "add", add_then_stop)
+    try:
+        code = main(["ingest", str(logs)])  # the CLI's own word on an interrupt
+    except KeyboardInterrupt:
+        code = None
+    assert len(calls) == 3 and code != 0
+    with Store(tmp_path / "cut.db") as store:
+        (mark,) = store.file_marks()
+        stored = store.count()[0]
+    assert 0 < mark.lines < len(lines) and 0 < stored < 4 * TESTS * 2
+    monkeypatch.setattr(Store, "add", real_add)
+    rest = fabreg("ingest", str(logs), db=tmp_path / "cut.db", check=True).stdout
+    assert f"{len(lines) - mark.lines} new line(s)" in rest
+    assert f"{4 * TESTS * 2 - stored} new value(s), 0 already stored" in rest
+    assert _long_rows(tmp_path / "cut.db") == _long_rows(tmp_path / "whole.db")

@@ -93,14 +93,14 @@ def _read_perflog(store: Store, path: Path, marks: filemarks.MarkIndex, reread: 
     count, problems, lines = IngestCount(), [], 0
     layouts: dict[str, int] = {}
     header, first_line = new.header, new.first_line
-    pieces = _pieces(new.data)
-    for i, piece in enumerate(pieces):
+    done = 0
+    for piece in _pieces(new.data):
         chunk = perflog.read_perflog_bytes(piece, str(path), header, first_line, formats)
         perflog.demote_run_only(chunk.samples, tally.run_only)
-        # the file's mark with its last piece: an ingest cut short reads the file again
-        # from the last mark, and the store keeps each value once
-        added = store.add(chunk.samples,
-                          mark=new.mark(chunk.header) if i == len(pieces) - 1 else None)
+        # the file's mark with each piece: an ingest cut short (a year of sweeps in one file
+        # takes many minutes) resumes after the last piece it stored
+        done += len(piece)
+        added = store.add(chunk.samples, mark=new.mark(chunk.header, done))
         count.added += added.added
         count.seen += added.seen
         count.sessions += added.sessions

@@ -92,12 +92,20 @@ class NewBytes:
     def lines(self) -> int:
         return self.data.count(b"\n")
 
-    def mark(self, header: str) -> FileMark:
-        """The mark after parsing ``data``; ``header`` is the header line in force at its end."""
+    def mark(self, header: str, upto: int | None = None) -> FileMark:
+        """The mark after parsing ``data`` (its first ``upto`` bytes, whole lines: an ingest
+        that stops after them resumes there); ``header`` is the header line in force then."""
+        if upto is None or upto == len(self.data):
+            upto, tail = len(self.data), self.tail_digest
+        elif upto >= TAIL_BYTES:
+            tail = _sha(self.data[upto - TAIL_BYTES:upto])
+        else:  # the tail reaches back before data: read it where it is
+            with open(self.path, "rb") as stream:
+                tail = _tail_digest(stream, self.start + upto)
         return FileMark(mark_key(self.path), PERFLOG, self.stat.st_dev, self.stat.st_ino,
-                        self.stat.st_size, self.stat.st_mtime_ns, self.start + len(self.data),
-                        self.first_line - 1 + self.lines, self.head_digest, self.tail_digest,
-                        header)
+                        self.stat.st_size, self.stat.st_mtime_ns, self.start + upto,
+                        self.first_line - 1 + self.data.count(b"\n", 0, upto),
+                        self.head_digest, tail, header)
 
 
 def _sha(data: bytes) -> str:
