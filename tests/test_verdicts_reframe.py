@@ -337,11 +337,15 @@ def test_tail_latency_on_a_busy_host_is_inconclusive_never_a_sanity_failure(tmp_
     row = rows[-1]
     assert json.loads(row["interference"])["other_share"] > 0.1, row["interference"]
     # Whether the environment was reached anyway is up to the scheduler; if it was not, the
-    # check says why, with the figures, and passes.
-    if row["tail_verdict"]:
-        assert row["tail_verdict"].startswith("inconclusive: p99/p50 "), row["tail_verdict"]
-        assert "other work took" in row["tail_verdict"]
-        assert row["tail_verdict"] in out
+    # check says why, with the figures, and passes: judged under the other work, or (the hogs
+    # already past the target in the quiet calibration step) known out of reach at once.
+    verdict = row["tail_verdict"]
+    if verdict:
+        assert verdict.startswith("inconclusive: "), verdict
+        assert (verdict.startswith("inconclusive: p99/p50 ") and "other work took" in verdict
+                ) or ("environment out of reach" in verdict
+                      and "calibration stopped there" in verdict), verdict
+        assert verdict in out
 
 
 def test_each_tail_latency_algorithm_has_its_own_reference_row_and_its_job_is_its_own(
