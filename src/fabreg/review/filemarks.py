@@ -92,11 +92,11 @@ class NewBytes:
     def lines(self) -> int:
         return self.data.count(b"\n")
 
-    def mark(self, header: str, upto: int | None = None) -> FileMark:
-        """The mark after parsing ``data`` (its first ``upto`` bytes, whole lines: an ingest
+    def mark(self, header: str, upto: int) -> FileMark:
+        """The mark after parsing the first ``upto`` bytes of ``data`` (whole lines: an ingest
         that stops after them resumes there); ``header`` is the header line in force then."""
-        if upto is None or upto == len(self.data):
-            upto, tail = len(self.data), self.tail_digest
+        if upto == len(self.data):
+            tail = self.tail_digest
         elif upto >= TAIL_BYTES:
             tail = _sha(self.data[upto - TAIL_BYTES:upto])
         else:  # the tail reaches back before data: read it where it is

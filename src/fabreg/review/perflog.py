@@ -686,13 +686,15 @@ def pair_rounds(rows: list[dict[str, object]]) -> str:
     return json.dumps({"nodes": list(nodes), "rounds": rounds}, separators=(",", ":"))
 
 
-def without_pair_table(attrs: dict[str, str]) -> dict[str, str]:
+def without_pair_table(attrs: dict[str, str], rows: list[dict[str, object]] | None = None
+                       ) -> dict[str, str]:
     """A sweep run's attributes with its pair table replaced by the pair rounds: the table's
-    figures are stored as the link series, only the rounds are the run's own."""
+    figures are stored as the link series, only the rounds are the run's own. ``rows``: the
+    table's rows when the caller has parsed them already."""
     if PAIR_TABLE not in attrs:
         return attrs
     kept = {k: v for k, v in attrs.items() if k != PAIR_TABLE}
-    kept[PAIR_ROUNDS] = pair_rounds(_pair_rows(attrs[PAIR_TABLE]))
+    kept[PAIR_ROUNDS] = pair_rounds(_pair_rows(attrs[PAIR_TABLE]) if rows is None else rows)
     return kept
 
 
@@ -710,7 +712,7 @@ def link_samples(run: Run) -> list[Sample]:
 
     Each row becomes a run of the same job whose parameters add ``node_a``/``node_b``, so the
     store keeps one series per link and metric. The run and its links keep only which round
-    measured each pair (:func:`pair_rounds`) instead of the whole table. A malformed
+    measured each pair (:func:`without_pair_table`) instead of the whole table. A malformed
     table is an error of the line.
     """
     text = run.attrs.get(PAIR_TABLE)
@@ -724,9 +726,7 @@ def link_samples(run: Run) -> list[Sample]:
         if not a or not b:
             raise ValueError(f"{PAIR_TABLE} row without node_a/node_b: {row}")
     # One attributes dict for the run and its links: whichever the store keeps has the rounds.
-    kept = {k: v for k, v in run.attrs.items() if k != PAIR_TABLE}
-    kept[PAIR_ROUNDS] = pair_rounds(rows)
-    run.attrs = kept
+    kept = run.attrs = without_pair_table(run.attrs, rows)
     base = run.param_key
     placed = "node_a" not in run.params and "node_b" not in run.params
     perfvars: dict[str, list[tuple[str, str, str]]] = {}  # pattern -> (metric, perfvar, unit)
