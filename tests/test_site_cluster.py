@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,12 @@ PARTITIONS = ["--partition", "cpu:node[1-2]:cpus=1:features=cpu",
 
 
 USER = "fabreg-site-user"
+
+
+def _failure_info(log: str) -> str:
+    """ReFrame's failure reports in a session's output (one per failed attempt)."""
+    start = log.find("FAILURE INFO")
+    return log[start:start + 4000] if start >= 0 else "(no failure report)"
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +177,13 @@ def test_a_normal_user_runs_site_init_then_a_quick_check_with_no_hand_edit(site,
     crossing = [r for r in rows if r["num_nodes"] == "2"]
     assert {r["environ"] for r in crossing} == {"openmpi", "mpich"}
     assert all(r["job_nodelist"] == "node3,node4" for r in crossing), crossing
-    assert all(r["transport_used"] == "tcp" and r["result"] == "pass" for r in crossing)
+    # FAST lets ReFrame retry a failed case once; the perflog keeps every attempt, in order.
+    final = {r["environ"]: r for r in crossing}
+    assert all(r["transport_used"] == "tcp" and r["result"] == "pass"
+               for r in final.values()), (crossing, _failure_info(log))
+    if len(crossing) > len(final):  # a retried pass: say what the first attempt met
+        warnings.warn(f"a case passed on its retry: {crossing} {_failure_info(log)}",
+                      stacklevel=1)
     jobs = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%u"], capture_output=True,
                           text=True, timeout=30, env=site).stdout.split()
     assert jobs and set(jobs) == {user}  # every job was the user's, none root's
