@@ -6,7 +6,9 @@ latency and bandwidth). This script checks the claim: for each MPI that has a re
 OSU build, it builds the probes with that MPI's compiler wrapper, then runs probe
 and OSU alternately (interleaved, several rounds, 2 ranks, same launcher and
 options) and prints the median of each, the ratio probe/OSU and whether it is
-within the tolerance. Both outputs are read with the suite's one OSU parser.
+within the tolerance. Both outputs are read with the suite's one OSU parser. Both sides
+run the same datatype: where OSU's default differs from the probes' MPI_CHAR (OSU 7.5
+reduces MPI_INT), OSU is given ``-T mpi_char`` and the table's header says so.
 
 Usage (from the repository, with the project virtualenv):
     .venv/bin/python ci/bench/probes_vs_osu.py --osu-prefix PREFIX [--mpi openmpi]
@@ -15,8 +17,9 @@ Each MPI is Debian's (mpicc.openmpi, mpicc.mpich, mpicc.mvapich2) unless FABREG_
 names its install prefix, as for the suite (docs/mpis.md).
 
 Exit status: 0 when the table was printed (1 with --strict if a pair is outside the
-tolerance), 2 when nothing could be compared (no real OSU given, a tool missing,
-a run that failed).
+tolerance or a benchmark's launch failed), 2 when nothing could be compared (no real OSU
+given, a tool missing, every run failed). A benchmark whose launch fails with one MPI (an
+MPI that aborts in it) is left out for that MPI, named with the reason under the table.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ KB, MB = 1 << 10, 1 << 20
 DEFAULT_BENCHMARKS = ["osu_latency", "osu_bw", "osu_bibw", "osu_allreduce"]
 DEFAULT_SIZES = [8, 1 * KB, 64 * KB, 1 * MB, 4 * MB]
 UNITS = {"osu_latency": "us", "osu_bw": "MB/s", "osu_bibw": "MB/s"}  # collectives: us
+#: The probes' datatype (OSU 7.2's for every benchmark) and its equivalents: OSU 7.3 on
+#: reduces MPI_CHAR as MPI_SIGNED_CHAR, the type the MPI standard allows MPI_SUM on.
+PROBE_DATATYPES = {"MPI_CHAR", "MPI_SIGNED_CHAR"}
 
 
 @dataclass(frozen=True)
@@ -191,28 +197,72 @@ def runs_per_round(args: argparse.Namespace) -> list[tuple[str, list[int]]]:
     return [(b, [size]) for b in args.benchmarks for size in sizes]
 
 
+def same_datatype_options(mpi: Mpi, launch: list[str], osu_binary: Path, benchmark: str,
+                          timeout: float) -> list[str]:
+    """OSU's options that make it run the probe's datatype: OSU 7.5 reduces MPI_INT by default
+    (7.2, whose output the probes follow, MPI_CHAR), and MPICH 5.0.2 sums a 1 MiB MPI_INT
+    allreduce 2.4x faster than MPI_CHAR on this host, so the two would not measure the same
+    thing. One short launch reads the datatype OSU prints."""
+    table = run_benchmark(mpi, launch, osu_binary, ["-m", "8:8"], benchmark, [8], timeout)
+    if table.datatype is None or table.datatype.upper() in PROBE_DATATYPES:
+        return []
+    return ["-T", "mpi_char"]
+
+
 def compare(mpi: Mpi, osu_prefix: Path, probes_dir: Path, args: argparse.Namespace,
-            results: dict[tuple[str, str, int], Series], busy: list[float]) -> None:
-    """Run probe and OSU alternately, ``args.rounds`` times per benchmark and size."""
+            results: dict[tuple[str, str, int], Series], busy: list[float],
+            failed: dict[tuple[str, str], str],
+            adjusted: dict[tuple[str, str], list[str]]) -> None:
+    """Run probe and OSU alternately, ``args.rounds`` times per benchmark and size.
+
+    A benchmark whose launch fails (an MPI that aborts in it) is left out of the comparison
+    for this MPI, with the reason in ``failed``; the other benchmarks go on.
+    """
     problem = osu_prefix_problem(osu_prefix, args.benchmarks)
     if problem:
         raise BenchError(f"{mpi.name}: {problem}")
     bind = mpi.bind_core if args.bind == "core" else mpi.bind_none
     launch = [*mpi.launcher, *bind]
+    osu_options: dict[str, list[str]] = {}
+    for benchmark in args.benchmarks:
+        binary = find_osu_binary(osu_prefix, benchmark)
+        assert binary is not None  # osu_prefix_problem checked every benchmark
+        try:
+            osu_options[benchmark] = same_datatype_options(mpi, launch, binary, benchmark,
+                                                           args.timeout)
+        except BenchError as err:
+            failed[(mpi.name, benchmark)] = f"osu: {err}"
+        if osu_options.get(benchmark):
+            adjusted[(mpi.name, benchmark)] = osu_options[benchmark]
     for round_no in range(args.rounds):
         for benchmark, sizes in runs_per_round(args):
+            if (mpi.name, benchmark) in failed:
+                continue
             osu_binary = find_osu_binary(osu_prefix, benchmark)
             assert osu_binary is not None  # osu_prefix_problem checked every benchmark
             options = ["-m", f"{sizes[0]}:{sizes[-1]}", *args.extra]
             # --control: OSU on both sides (an A/A test), to see this host's noise floor.
             probe_binary = osu_binary if args.control else probes_dir / benchmark
-            pair = [("probe", probe_binary), ("osu", osu_binary)]
+            # --control runs OSU on both sides: with the same options on both
+            probe_options = [*options, *osu_options[benchmark]] if args.control else options
+            pair = [("probe", probe_binary, probe_options),
+                    ("osu", osu_binary, [*options, *osu_options[benchmark]])]
             if round_no % 2:
                 pair.reverse()  # alternate who goes first, so drift hits both alike
-            for who, binary in pair:
-                busy.append(wait_for_quiet(args))
-                table = run_benchmark(mpi, launch, binary, options, benchmark,
-                                      powers_of_two(sizes[0], sizes[-1]), args.timeout)
+            try:
+                tables = []
+                for who, binary, launch_options in pair:
+                    busy.append(wait_for_quiet(args))
+                    tables.append((who, run_benchmark(mpi, launch, binary, launch_options,
+                                                      benchmark,
+                                                      powers_of_two(sizes[0], sizes[-1]),
+                                                      args.timeout)))
+            except BenchError as err:
+                failed[(mpi.name, benchmark)] = f"{who}: {err}"
+                for key in [k for k in results if k[:2] == (mpi.name, benchmark)]:
+                    del results[key]
+                continue
+            for who, table in tables:
                 for size in sizes:
                     series = results.setdefault((mpi.name, benchmark, size), Series())
                     getattr(series, who).append(table.value(size))
@@ -338,15 +388,21 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[tuple[str, str, int], Series] = {}
     versions: list[str] = []
     busy: list[float] = []
+    failed: dict[tuple[str, str], str] = {}
+    adjusted: dict[tuple[str, str], list[str]] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="fabreg-probes-") as tmp:
             for name, prefix in targets.items():
                 mpi = mpi_of(name)
                 probes = build_probes(mpi, Path(tmp) / name)
                 versions.append(f"{name}: {first_line(mpi.version_cmd)}")
-                compare(mpi, prefix, probes, args, results, busy)
+                compare(mpi, prefix, probes, args, results, busy, failed, adjusted)
     except BenchError as err:
         print(f"probes_vs_osu: error: {err}", file=sys.stderr)
+        return 2
+    if not results:
+        for (mpi_name, benchmark), why in failed.items():
+            print(f"probes_vs_osu: error: {mpi_name} {benchmark}: {why}", file=sys.stderr)
         return 2
     if args.raw:
         with args.raw.open("w") as out:
@@ -365,13 +421,18 @@ def main(argv: list[str] | None = None) -> int:
     extra = f" with {' '.join(args.extra)}" if args.extra else " with OSU's default iterations"
     print(f"# {args.rounds} rounds, {runs}{extra}, probe and OSU alternating who goes first; "
           "medians; best = best value of each side; spread = (max-min)/median over rounds")
+    if adjusted:
+        said = "; ".join(f"{m} {b}: {' '.join(o)}" for (m, b), o in adjusted.items())
+        print(f"# OSU given the probe's datatype (MPI_CHAR; its own default differs): {said}")
     noisy = sum(b > args.quiet for b in busy)
     print(f"# took {time.monotonic() - started:.0f} s; other work kept the CPUs "
           f"{statistics.median(busy):.0%} busy (median, max {max(busy):.0%}) just before "
           f"launches; {noisy} of {len(busy)} launches started above {args.quiet:.0%}")
     print(table)
     print(f"# {len(results) - outside} of {len(results)} within {args.tolerance:.0%}")
-    return 1 if (args.strict and outside) else 0
+    for (mpi_name, benchmark), why in failed.items():
+        print(f"# {mpi_name} {benchmark}: not compared, a launch failed: {why}")
+    return 1 if (args.strict and (outside or failed)) else 0
 
 
 if __name__ == "__main__":
