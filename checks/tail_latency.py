@@ -37,7 +37,11 @@ from reframe.core.logging import getlogger
 from fabreg.run import collectives, confirm, tail_environment
 from fabreg.run.parsers.probes import TailLatencyResult, parse_tail_latency
 from fabreg.run.references import Assessment
-from fabreg.testlib.measurement import confirmed_verdicts
+from fabreg.testlib.measurement import (
+    confirmed_verdicts,
+    lasting_failures_dir,
+    say_how_confirmed,
+)
 from fabreg.testlib.metering import MeteredJob
 from fabreg.testlib.mpi import RUN_ID
 from fabreg.testlib.workloads import ProbeCheck
@@ -98,6 +102,13 @@ class TailLatency(MeteredJob, ProbeCheck):
     #: :type: ``int``
     #: :default: ``fabreg.run.confirm.CONFIRM_RUNS`` (10)
     confirm_runs = variable(int, value=confirm.CONFIRM_RUNS, loggable=False)
+    #: Seconds the confirmations of all the run's jobs may take in all (0: no bound), shared
+    #: with the other checks (``fabreg.testlib.measurement``); then a failure is confirmed by
+    #: one run on a quiet host.
+    #:
+    #: :type: ``float``
+    #: :default: ``600.0``
+    confirm_budget = variable(float, value=600.0, loggable=False)
     #: Perf variable -> its best first value, for quiet figures measured again because they
     #: failed.
     #:
@@ -208,6 +219,8 @@ class TailLatency(MeteredJob, ProbeCheck):
             calibration_blocks=self.calibration_blocks, repeats=self.repeats,
             fail_limits=self.failure_limits(tail_environment.QUIET_FIGURES),
             confirm_span_s=self.confirm_span, confirm_runs=self.confirm_runs,
+            lasting_failures=lasting_failures_dir(self.stagedir),
+            confirm_budget_s=self.confirm_budget,
             contended_share=self.contended_share, run_s=self.run_seconds,
             hang_note=self.hang_note(), step_note=self.step_note(),
         ).save(Path(self.stagedir, tail_environment.PLAN))
@@ -275,7 +288,9 @@ class TailLatency(MeteredJob, ProbeCheck):
 
     @run_before("performance")
     def log_confirmation(self) -> None:
-        self.confirmation = dict(self.environment_result().get("confirmation", {}))
+        result = self.environment_result()
+        self.confirmation = dict(result.get("confirmation", {}))
+        say_how_confirmed(self, result)
 
     @run_before("performance")
     def set_perf_variables(self) -> None:

@@ -9,10 +9,12 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 from test_workload_probes import OMPI_ROOT, make_probe
 
+from fabreg.run import confirm
 from fabreg.run import tail_environment as te
 
 
@@ -104,14 +106,14 @@ def openmpi_probe(tmp_path_factory):
 
 
 def _drive(probe, tmp_path, environment: str, ranks: int, background_pairs: int,
-           run_s: float = 0.0, step_note: str = ""):
+           run_s: float = 0.0, step_note: str = "", **confirmation):
     for key, value in OMPI_ROOT.items():
         os.environ.setdefault(key, value)
     plan = te.Plan(command=["mpirun.openmpi", "--oversubscribe", "-np", str(ranks), str(probe)],
                    options=["-o", "allreduce", "-s", "65536", "-i", "400", "-k", "8",
                             "-b", str(background_pairs)],
                    environment=environment, calibration_iterations=200, calibration_blocks=4,
-                   repeats=3, run_s=run_s, step_note=step_note)
+                   repeats=3, run_s=run_s, step_note=step_note, **confirmation)
     plan.save(tmp_path / te.PLAN)
     proc = subprocess.run([sys.executable, "-m", "fabreg.run.tail_environment",
                            str(tmp_path / te.PLAN)], cwd=tmp_path, capture_output=True,
@@ -130,6 +132,40 @@ def test_quiet_environment_runs_no_background(openmpi_probe, tmp_path):
     # the last run is echoed on the job's stdout, as the benchmark printed it
     assert "# end fabreg_tail_latency status=ok background_rounds=0" in stdout
     assert result["run_budget"] is None  # no run_s: the planned iterations
+
+
+@pytest.mark.slow
+def test_a_failing_quiet_figure_joins_the_runs_lasting_failure_and_keeps_to_its_budget(
+        openmpi_probe, tmp_path):
+    """The quiet tail figures are confirmed as every other check's values are: a failure on
+    nodes where an earlier job of the run confirmed a lasting failure joins it, and once the
+    run's confirmations took their budget, one run confirms. Either way the failure must
+    still reproduce: a p50 limit of 1 ns fails every run."""
+    failing = {"fail_limits": {"p50": 0.001}, "confirm_runs": 3, "confirm_span_s": 2.0,
+               "quiet_wait_s": 2.0}
+    joined_notes = tmp_path / "joined-notes"
+    now = time.time()
+    confirm.note_lasting_failure(confirm.path_note(str(joined_notes)),
+                                 confirm.LastingFailure(now - 120, now - 5, "41"))
+    (tmp_path / "joined").mkdir()
+    result, _ = _drive(openmpi_probe, tmp_path / "joined", "quiet", 2, 0,
+                       lasting_failures=str(joined_notes), **failing)
+    assert set(result["confirmation"]) == {"p50"}
+    assert result["joined_lasting_failure"]["job"] == "41"
+    assert len(result["runs"]) == 3 + 1  # the repeats, then one run instead of up to 3
+    assert result["confirmation_over_budget"] is False
+    spent_notes = tmp_path / "spent-notes"
+    spent_notes.mkdir()
+    (spent_notes / confirm.SPENT).write_text("590.5\n20\n")  # other jobs' confirmations
+    (tmp_path / "spent").mkdir()
+    result, _ = _drive(openmpi_probe, tmp_path / "spent", "quiet", 2, 0,
+                       lasting_failures=str(spent_notes), confirm_budget_s=600.0, **failing)
+    assert set(result["confirmation"]) == {"p50"}
+    assert result["confirmation_over_budget"] is True
+    assert result["joined_lasting_failure"] is None
+    assert len(result["runs"]) == 3 + 1
+    # this job's confirmation adds its own time to the run's
+    assert len((spent_notes / confirm.SPENT).read_text().split()) == 3
 
 
 def _iterations(path) -> int:

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from fabreg.run import host_control
-from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Measurements
-from fabreg.run.interference import CONTENDED_SHARE, TOKEN_VARIABLE, JobMeter
+from fabreg.run.confirm import Confirmation, ConfirmationPlan, Measurements
+from fabreg.run.interference import TOKEN_VARIABLE, JobMeter
 from fabreg.run.launch import JsonPlan, driver_main
 from fabreg.run.parsers.perftest import parse_perftest
 from fabreg.run.parsers.ucx_perftest import parse_ucx_perftest
@@ -153,7 +153,7 @@ READERS: dict[str, Callable[[str, Figure], float]] = {
 
 
 @dataclass
-class Plan(JsonPlan):
+class Plan(JsonPlan, ConfirmationPlan):
     """What the job runs; written by the check, read by the driver in the job."""
 
     #: The server's and the client's argv (``{port}``, ``{server_host}`` filled in per run).
@@ -169,16 +169,6 @@ class Plan(JsonPlan):
     warn_limits: dict[str, float] = field(default_factory=dict)
     #: Runs of the pair at most before confirmation (fewer once every figure is settled).
     repeats: int = 3
-    contended_share: float = CONTENDED_SHARE
-    quiet_wait_s: float = 30.0
-    confirm_span_s: float = 60.0
-    #: Confirmation runs of a failing value at most.
-    confirm_runs: int = CONFIRM_RUNS
-    #: The run's directory of lasting failures per path (``fabreg.run.confirm``): a failure
-    #: an earlier job confirmed on the same nodes joins this job's; empty: none.
-    lasting_failures: str = ""
-    #: Seconds the run's confirmations may take in all (0: no bound).
-    confirm_budget_s: float = 0.0
     #: Seconds one run may take before it is ended.
     run_timeout_s: float = 300.0
 

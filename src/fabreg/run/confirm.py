@@ -182,6 +182,26 @@ def wait_for_quiet(token: str, threshold: float, deadline: float) -> float:
             return share
 
 
+@dataclass(kw_only=True)
+class ConfirmationPlan:
+    """The fields of an in-job driver's plan that say how it confirms failing values (every
+    driver's ``Plan`` has them; :meth:`Confirmation.of` reads them)."""
+
+    #: Other work's share of the host's CPU beyond which a measurement is contended.
+    contended_share: float = CONTENDED_SHARE
+    #: Seconds the confirmation runs may wait, in all, for the host to be quiet.
+    quiet_wait_s: float = 30.0
+    #: Seconds over which the confirmation runs are spread (first at once, last at the end).
+    confirm_span_s: float = 60.0
+    #: Confirmation runs of a failing value at most.
+    confirm_runs: int = CONFIRM_RUNS
+    #: The run's directory of lasting failures per path (:func:`path_note`): a failure an
+    #: earlier job confirmed on the same nodes joins this job's; empty: none.
+    lasting_failures: str = ""
+    #: Seconds the run's confirmations may take in all (0: no bound).
+    confirm_budget_s: float = 0.0
+
+
 @dataclass
 class Confirmation:
     """How a job confirms its failing values (see the module's docstring)."""
@@ -205,13 +225,11 @@ class Confirmation:
     over_budget: bool = False
 
     @classmethod
-    def of(cls, plan: Any, token: str, workdir: Path) -> Confirmation:
+    def of(cls, plan: ConfirmationPlan, token: str, workdir: Path) -> Confirmation:
         """The confirmation a driver's plan asks for (its ``confirm_runs``, ``confirm_span_s``,
-        ``quiet_wait_s``, ``contended_share``, and where it has them ``lasting_failures`` and
-        ``confirm_budget_s``: the tail environment's plan has neither)."""
+        ``quiet_wait_s``, ``contended_share``, ``lasting_failures`` and ``confirm_budget_s``)."""
         return cls(token, workdir, plan.confirm_runs, plan.confirm_span_s, plan.quiet_wait_s,
-                   plan.contended_share, getattr(plan, "lasting_failures", ""),
-                   getattr(plan, "confirm_budget_s", 0.0))
+                   plan.contended_share, plan.lasting_failures, plan.confirm_budget_s)
 
     def confirm(self, failing: list[Key], measure_again: Callable[[list[Key]], Collection[Key]],
                 still_failing: Callable[[list[Key]], list[Key]]) -> dict[Key, int]:

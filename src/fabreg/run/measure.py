@@ -38,9 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from fabreg.run import host_control
-from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Measurements
+from fabreg.run.confirm import Confirmation, ConfirmationPlan, Measurements
 from fabreg.run.interference import (
-    CONTENDED_SHARE,
     TOKEN_VARIABLE,
     JobMeter,
 )
@@ -67,7 +66,7 @@ _ROW = re.compile(rb"^\s*(\d+)\s+[-+0-9.]")
 
 
 @dataclass
-class Plan(JsonPlan):
+class Plan(JsonPlan, ConfirmationPlan):
     """What the job measures; written by the check, read by the driver in the job."""
 
     #: The launcher and the benchmark, e.g. ``["mpirun", "-np", "2", "/.../osu_bw"]``.
@@ -95,18 +94,6 @@ class Plan(JsonPlan):
     #: A file that says an earlier job of the run, launching the same way, hung after its
     #: results (``fabreg.run.launch.note_hang``); empty: none.
     hang_note: str = ""
-    contended_share: float = CONTENDED_SHARE
-    #: Seconds the confirmation runs may wait, in all, for the host to be quiet.
-    quiet_wait_s: float = 30.0
-    #: Seconds over which the confirmation runs are spread (first at once, last at the end).
-    confirm_span_s: float = 60.0
-    #: Confirmation runs of a failing value at most.
-    confirm_runs: int = CONFIRM_RUNS
-    #: The run's directory of lasting failures per path (``fabreg.run.confirm``): a failure
-    #: an earlier job confirmed on the same nodes joins this job's; empty: none.
-    lasting_failures: str = ""
-    #: Seconds the run's confirmations may take in all (0: no bound).
-    confirm_budget_s: float = 0.0
     #: Whose iteration defaults the benchmark has (``fabreg.run.iteration_budget``); empty:
     #: no pilot.
     iteration_kind: str = ""

@@ -28,9 +28,8 @@ from typing import Any
 
 from fabreg.errors import FabregError
 from fabreg.run import host_control
-from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Measurements
+from fabreg.run.confirm import Confirmation, ConfirmationPlan, Measurements
 from fabreg.run.interference import (
-    CONTENDED_SHARE,
     TOKEN_VARIABLE,
     JobMeter,
 )
@@ -58,7 +57,7 @@ def baseline_output(run: int) -> str:
 
 
 @dataclass
-class Plan(JsonPlan):
+class Plan(JsonPlan, ConfirmationPlan):
     """What the job runs; written by the check, read by the driver in the job."""
 
     #: The launcher and the probe, e.g. ``["mpirun", "-np", "4", ".../fabreg_matmul"]``.
@@ -80,16 +79,6 @@ class Plan(JsonPlan):
     #: A file that says an earlier job of the run, launching the same way, hung after its
     #: results (``fabreg.run.launch.note_hang``); empty: none.
     hang_note: str = ""
-    contended_share: float = CONTENDED_SHARE
-    quiet_wait_s: float = 30.0
-    confirm_span_s: float = 60.0
-    #: Confirmation runs of a failing value at most.
-    confirm_runs: int = CONFIRM_RUNS
-    #: The run's directory of lasting failures per path (``fabreg.run.confirm``): a failure
-    #: an earlier job confirmed on the same nodes joins this job's; empty: none.
-    lasting_failures: str = ""
-    #: Seconds the run's confirmations may take in all (0: no bound).
-    confirm_budget_s: float = 0.0
     #: A launch (command and options) run before every run, e.g. one stream alone before
     #: the fan-in; empty: none.
     baseline: list[str] = field(default_factory=list)

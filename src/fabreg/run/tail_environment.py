@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from fabreg.errors import FabregError
-from fabreg.run.confirm import CONFIRM_RUNS, Confirmation, Measurements
-from fabreg.run.interference import CONTENDED_SHARE, TOKEN_VARIABLE
+from fabreg.run.confirm import Confirmation, ConfirmationPlan, Measurements
+from fabreg.run.interference import TOKEN_VARIABLE
 from fabreg.run.launch import JsonPlan, Launch, driver_main, grace_after, run_once, summary
 from fabreg.run.parsers.probes import ProbeOutputError, TailLatencyResult, parse_tail_latency
 
@@ -142,7 +142,7 @@ def calibrate(measure: Callable[[Background], float], target: float,
 
 
 @dataclass
-class Plan(JsonPlan):
+class Plan(JsonPlan, ConfirmationPlan):
     """What the job runs; written by the check, read by the driver in the job."""
 
     #: The launcher and the probe, e.g. ``["mpirun", "-np", "4", ".../fabreg_tail_latency"]``.
@@ -166,11 +166,6 @@ class Plan(JsonPlan):
     #: Quiet environment: perf variable (``p50``, ``p99``, ``p99_over_p50``) -> failure
     #: limit; a figure whose best run crosses it is confirmed (fabreg.run.confirm).
     fail_limits: dict[str, float] = field(default_factory=dict)
-    confirm_span_s: float = 60.0
-    #: Confirmation runs of a failing value at most.
-    confirm_runs: int = CONFIRM_RUNS
-    quiet_wait_s: float = 30.0
-    contended_share: float = CONTENDED_SHARE
     #: Seconds a measured run may take (0: no limit): where the planned iterations would take
     #: longer, the runs use the count that fits (:func:`iterations_within`).
     run_s: float = 0.0
@@ -271,16 +266,17 @@ QUIET_FIGURES = {"p50": "p50_us", "p99": "p99_us", "p99_over_p50": "p99_over_p50
 
 def _confirm_quiet_figures(plan: Plan, workdir: Path, results: list[TailLatencyResult],
                            runs: list[str], launch: Callable[..., TailLatencyResult],
-                           options: list[str], env: dict[str, str],
-                           ) -> tuple[dict[str, float], dict[str, int]]:
-    """Quiet environment: measure a figure whose best run fails again, spread in time.
+                           options: list[str], env: dict[str, str]) -> Measurements | None:
+    """Quiet environment: measure a figure whose best run fails again, spread in time, as
+    the other checks do: joining a lasting failure an earlier job of the run confirmed on
+    the same nodes, within the run's confirmation budget (``fabreg.run.confirm``).
 
-    Appends the confirmation runs to ``results`` and ``runs``; returns the failing figures'
-    first best values and, per figure, the confirmation runs made on a quiet host.
+    Appends the confirmation runs to ``results`` and ``runs``; returns the quiet figures'
+    measurements (None: nothing to judge), which say what the confirmation found.
     """
     limits = {n: v for n, v in plan.fail_limits.items() if n in QUIET_FIGURES}
     if plan.target is not None or not limits:
-        return {}, {}
+        return None
 
     def figures(result: TailLatencyResult) -> dict[str, float]:
         return {n: float(getattr(result.quiet, QUIET_FIGURES[n])) for n in limits}
@@ -294,7 +290,7 @@ def _confirm_quiet_figures(plan: Plan, workdir: Path, results: list[TailLatencyR
     for result in results:
         measurements.record(figures(result))
     measurements.confirm(limits, Confirmation.of(plan, env[TOKEN_VARIABLE], workdir), again)
-    return measurements.first, measurements.quiet
+    return measurements
 
 
 def run(plan: Plan, workdir: Path) -> dict[str, Any]:
@@ -358,7 +354,7 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
             final = _with_counts(base, fit, blocks) if fit < planned else base
         results.append(launch(name, final, echo=name == runs[-1]))
         costed_by = (results[-1], launches[-1])
-    first, quiet_runs = _confirm_quiet_figures(plan, workdir, results, runs, launch, final, env)
+    quiet = _confirm_quiet_figures(plan, workdir, results, runs, launch, final, env)
     counts = [r.iterations for r in results]  # every run's, confirmations included
     budget = None if not costs else {
         "planned": planned, "iterations": min(counts), "per_run": counts, "run_s": plan.run_s,
@@ -385,8 +381,10 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         "gentlest": target is not None and calibration is not None and calibration.chosen == 0,
         "quiet_ratio": round(statistics.median(r.quiet.p99_over_p50 for r in results), 4),
         "runs": runs,
-        "confirmation": first,
-        "quiet_confirmations": quiet_runs,
+        "confirmation": quiet.first if quiet else {},
+        "quiet_confirmations": quiet.quiet if quiet else {},
+        "joined_lasting_failure": quiet.joined.__dict__ if quiet and quiet.joined else None,
+        "confirmation_over_budget": bool(quiet and quiet.over_budget),
         "run_budget": budget,
         **summary(launches),
     }

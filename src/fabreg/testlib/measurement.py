@@ -144,11 +144,7 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
                 "confirm_budget_s": self.confirm_budget}
 
     def lasting_failures(self) -> str:
-        """Where this run's jobs of this partition note a lasting failure they confirmed, one
-        file per node list (``fabreg.run.confirm``): a capped link slows every MPI and
-        transport over it, so the nodes are the path. In the partition's stage directory,
-        which the job can write."""
-        return str(Path(self.stagedir).parents[1] / f".fabreg-lasting-{RUN_ID}")
+        return lasting_failures_dir(self.stagedir)
 
     def variables_of(self, key: str) -> list[str]:
         """The perf variables a key of the driver's JSON stands for (itself by default)."""
@@ -172,18 +168,7 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
         self.confirmation = {var: first for key, first in result["confirmation"].items()
                              for var in self.variables_of(key)}
         self.host_control = dict(result.get("host_control", {}))
-        if joined := result.get("joined_lasting_failure"):
-            since = time.strftime("%H:%M:%S", time.localtime(float(joined["first"])))
-            getlogger().warning(
-                f"{self.display_name}: the failure of {', '.join(self.confirmation)} "
-                f"joined the lasting failure job {joined['job']} confirmed on the same nodes "
-                f"(failing since {since}): one run on a quiet host confirmed it, "
-                f"instead of up to {self.confirm_runs} over {self.confirm_span:g} s")
-        elif result.get("confirmation_over_budget"):
-            getlogger().warning(
-                f"{self.display_name}: the run's confirmations took their budget "
-                f"(confirm_budget={self.confirm_budget:g} s): the failure of "
-                f"{', '.join(self.confirmation)} was confirmed by one run on a quiet host")
+        say_how_confirmed(self, result)
 
     def qualify(self, assessments: list[Assessment]) -> dict[str, tuple[str, str]]:
         result = self.measured()
@@ -195,6 +180,33 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
                          self.host_control_figures())
         return confirmed_verdicts(assessments, result["interference"], bool(result["contended"]),
                                   self.confirmation, quiet, slow)
+
+
+def lasting_failures_dir(stagedir: str) -> str:
+    """Where this run's jobs of a partition note a lasting failure they confirmed, one file
+    per node list (``fabreg.run.confirm``): a capped link slows every MPI, transport and
+    check over it, so the nodes are the path. In the partition's stage directory, which the
+    job can write."""
+    return str(Path(stagedir).parents[1] / f".fabreg-lasting-{RUN_ID}")
+
+
+def say_how_confirmed(check: Any, result: dict[str, Any]) -> None:
+    """Warn when a driver confirmed ``check``'s failure by one run instead of its
+    ``confirm_runs``: it joined an earlier job's lasting failure on the same nodes, or the
+    run's confirmations had taken ``confirm_budget``."""
+    failing = ", ".join(check.confirmation)
+    if joined := result.get("joined_lasting_failure"):
+        since = time.strftime("%H:%M:%S", time.localtime(float(joined["first"])))
+        getlogger().warning(
+            f"{check.display_name}: the failure of {failing} joined the lasting failure "
+            f"job {joined['job']} confirmed on the same nodes (failing since {since}): one "
+            f"run on a quiet host confirmed it, instead of up to {check.confirm_runs} over "
+            f"{check.confirm_span:g} s")
+    elif result.get("confirmation_over_budget"):
+        getlogger().warning(
+            f"{check.display_name}: the run's confirmations took their budget "
+            f"(confirm_budget={check.confirm_budget:g} s): the failure of {failing} was "
+            f"confirmed by one run on a quiet host")
 
 
 def confirmed_verdicts(assessments: list[Assessment], interference: dict[str, Any],
