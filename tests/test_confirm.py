@@ -49,7 +49,8 @@ def test_confirmation_stops_at_the_first_passing_run_and_spreads_the_rest(series
         return beyond_limit(values, limits, keys)
 
     start = time.monotonic()
-    quiet = Confirmation("token", tmp_path, span_s=0.9).confirm(["lat"], again, still_failing)
+    quiet = Confirmation("token", tmp_path, confirm_span_s=0.9).confirm(["lat"], again,
+                                                                       still_failing)
     assert len(times) == runs
     # (each run's own meter sees this test's process as other work: its count is not tested
     # here, but in test_verdicts_reframe.py with real runs)
@@ -79,7 +80,7 @@ def test_a_long_wait_for_a_quiet_host_does_not_eat_the_span(tmp_path, monkeypatc
     values, times, again = scripted([45.0] * 3)
     limits = {"lat": Limit(40.0, lower_is_better=True)}
     start = time.monotonic()
-    Confirmation("token", tmp_path, runs=3, span_s=2.0).confirm(
+    Confirmation("token", tmp_path, confirm_runs=3, confirm_span_s=2.0).confirm(
         ["lat"], again, lambda keys: beyond_limit(values, limits, keys))
     assert times[0] - start >= 2.0
     assert times[1] - times[0] >= 0.99 and times[2] - times[0] >= 1.99, times
@@ -137,7 +138,7 @@ class QuietMeter:
 def confirm_failing(tmp_path, series: list[float], notes, runs: int = 4, span: float = 0.3):
     values, times, again = scripted(series)
     limits = {"lat": Limit(40.0, lower_is_better=True)}
-    confirmation = Confirmation("token", tmp_path, runs=runs, span_s=span,
+    confirmation = Confirmation("token", tmp_path, confirm_runs=runs, confirm_span_s=span,
                                 lasting_failures=str(notes))
     quiet = confirmation.confirm(["lat"], again, lambda keys: beyond_limit(values, limits, keys))
     return confirmation, quiet, times
@@ -202,8 +203,8 @@ def test_once_the_runs_confirmations_took_their_budget_a_failure_takes_one_run(t
         monkeypatch.setenv("SLURM_JOB_NODELIST", nodes)
         values, times, again = scripted([45.0] * 4)
         limits = {"lat": Limit(40.0, lower_is_better=True)}
-        confirmation = Confirmation("token", tmp_path, runs=4, span_s=0.3,
-                                    lasting_failures=str(notes), budget_s=budget)
+        confirmation = Confirmation("token", tmp_path, confirm_runs=4, confirm_span_s=0.3,
+                                    lasting_failures=str(notes), confirm_budget_s=budget)
         confirmation.confirm(["lat"], again, lambda keys: beyond_limit(values, limits, keys))
         return confirmation, times
 

@@ -2,8 +2,8 @@
 
 Interference only ever lowers bandwidth and raises latency, so a value is judged by the best
 of its measurements (:func:`best`), and one whose best still crosses its failure limit is
-measured again by the job itself: up to ``runs`` (:data:`CONFIRM_RUNS`) more measurements
-spread over ``span_s`` seconds (first at once, last at the end of the span), stopping at the
+measured again by the job itself: up to ``confirm_runs`` (:data:`CONFIRM_RUNS`) more measurements
+spread over ``confirm_span_s`` seconds (first at once, last at the end of the span), stopping at the
 first one after which nothing fails any more. A virtual host has spells in which everything
 runs slow with no process to blame (on a 2-core VM: every launch of a healthy ``osu_bw``
 25-35 % slow for up to ~20 s, several times an hour); a spell ends within the span, a fault
@@ -29,7 +29,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -203,22 +203,14 @@ class ConfirmationPlan:
 
 
 @dataclass
-class Confirmation:
-    """How a job confirms its failing values (see the module's docstring)."""
+class Confirmation(ConfirmationPlan):
+    """How a job confirms its failing values (see the module's docstring): its plan's
+    fields, and what the confirmation found."""
 
     #: The job's own processes carry this token (``fabreg.run.interference``).
     token: str
     #: Where each confirmation run's own meter writes (``meter-confirmN/``).
     workdir: Path
-    runs: int = CONFIRM_RUNS
-    span_s: float = 60.0
-    quiet_wait_s: float = 30.0
-    contended_share: float = CONTENDED_SHARE
-    #: The run's directory of lasting failures per path (:func:`path_note`); empty: none.
-    lasting_failures: str = ""
-    #: Seconds the run's confirmations may take in all (0: no bound); beyond, a failure is
-    #: confirmed by one run on a quiet host.
-    budget_s: float = 0.0
     #: The earlier job's lasting failure this confirmation joined, if it did.
     joined: LastingFailure | None = None
     #: Whether the run's confirmation budget was spent when this confirmation began.
@@ -228,8 +220,8 @@ class Confirmation:
     def of(cls, plan: ConfirmationPlan, token: str, workdir: Path) -> Confirmation:
         """The confirmation a driver's plan asks for (its ``confirm_runs``, ``confirm_span_s``,
         ``quiet_wait_s``, ``contended_share``, ``lasting_failures`` and ``confirm_budget_s``)."""
-        return cls(token, workdir, plan.confirm_runs, plan.confirm_span_s, plan.quiet_wait_s,
-                   plan.contended_share, plan.lasting_failures, plan.confirm_budget_s)
+        return cls(token, workdir, **{f.name: getattr(plan, f.name)
+                                      for f in fields(ConfirmationPlan)})
 
     def confirm(self, failing: list[Key], measure_again: Callable[[list[Key]], Collection[Key]],
                 still_failing: Callable[[list[Key]], list[Key]]) -> dict[Key, int]:
@@ -242,11 +234,11 @@ class Confirmation:
 
         Failures of one cause are confirmed together: where an earlier job of the run
         confirmed a lasting failure on this job's path (the same nodes) at least
-        ``span_s`` ago and ended less than :data:`LASTING_FAILURE_FRESH_S` ago, the path has
+        ``confirm_span_s`` ago and ended less than :data:`LASTING_FAILURE_FRESH_S` ago, the path has
         already been slow for longer than a spell lasts, and one quiet run that still fails
         confirms this job's failure (``joined``). A failure that every run confirms, on a
         quiet host at least once, is noted for the run's later jobs. Once the run's
-        confirmations took ``budget_s`` in all, a failure is confirmed by one quiet run too
+        confirmations took ``confirm_budget_s`` in all, a failure is confirmed by one quiet run too
         (``over_budget``): many failures at once are a broken fabric, and the run must end
         in time to act on it.
         """
@@ -254,11 +246,11 @@ class Confirmation:
         confirming = list(failing)
         note = path_note(self.lasting_failures) if confirming else None
         earlier, now = lasting_failure(note), time.time()
-        self.joined = earlier if earlier and now - earlier.first >= self.span_s and \
+        self.joined = earlier if earlier and now - earlier.first >= self.confirm_span_s and \
             now - earlier.last <= LASTING_FAILURE_FRESH_S else None
-        self.over_budget = bool(confirming and not self.joined and self.budget_s > 0 and
-                                spent_seconds(self.lasting_failures) >= self.budget_s)
-        runs = 1 if self.joined or self.over_budget else self.runs
+        self.over_budget = bool(confirming and not self.joined and self.confirm_budget_s > 0 and
+                                spent_seconds(self.lasting_failures) >= self.confirm_budget_s)
+        runs = 1 if self.joined or self.over_budget else self.confirm_runs
         quiet_left = self.quiet_wait_s
         started, begun = now, time.monotonic()
         # The span is counted from the first run's start, after its wait for a quiet host:
@@ -267,7 +259,7 @@ class Confirmation:
         first: float | None = None
         for run in range(runs if confirming else 0):
             if first is not None:
-                slot = first + self.span_s * run / max(runs - 1, 1)
+                slot = first + self.confirm_span_s * run / max(runs - 1, 1)
                 time.sleep(max(0.0, slot - time.monotonic()))
             waited_from = time.monotonic()
             wait_for_quiet(self.token, self.contended_share, waited_from + quiet_left)
