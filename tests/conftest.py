@@ -45,13 +45,28 @@ def have(tool: str) -> bool:
 MVAPICH2_CACHE = Path.home() / ".cache" / "fabreg" / "mvapich2"
 
 
+#: ... and its InfiniBand device (ci/build-mvapich2.sh SRC PREFIX mrail).
+MVAPICH2_MRAIL_CACHE = Path.home() / ".cache" / "fabreg" / "mvapich2-mrail"
+
+
+def _built(variable: str, cache: Path) -> Path | None:
+    """The MPI build ``$variable`` names, else the one at ``cache``; None if neither holds one."""
+    given = os.environ.get(variable)
+    prefix = Path(given) if given else cache
+    if (prefix / "bin" / "mpicc").exists() and (prefix / "bin" / "mpiexec").exists():
+        return prefix
+    return None
+
+
 def mvapich2_prefix() -> Path | None:
     """A real MVAPICH2 build: $FABREG_MVAPICH2_PREFIX, else ~/.cache/fabreg/mvapich2."""
-    given = os.environ.get("FABREG_MVAPICH2_PREFIX")
-    for prefix in ([Path(given)] if given else [MVAPICH2_CACHE]):
-        if (prefix / "bin" / "mpicc").exists() and (prefix / "bin" / "mpiexec").exists():
-            return prefix
-    return None
+    return _built("FABREG_MVAPICH2_PREFIX", MVAPICH2_CACHE)
+
+
+def mvapich2_mrail_prefix() -> Path | None:
+    """A real MVAPICH2 ``ch3:mrail`` build: $FABREG_MVAPICH2_MRAIL_PREFIX, else
+    ~/.cache/fabreg/mvapich2-mrail."""
+    return _built("FABREG_MVAPICH2_MRAIL_PREFIX", MVAPICH2_MRAIL_CACHE)
 
 
 def fabreg(*args: str, db: Path | None = None, check: bool = False,

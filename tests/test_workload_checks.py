@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO, have, run_reframe
+from conftest import REPO, have, mvapich2_mrail_prefix, run_reframe
 from test_matrix_reframe import derived_config
 
 from fabreg import schema
@@ -209,6 +210,30 @@ def test_fan_in_fails_as_unfair_only_when_every_run_is_unfair(tmp_path):
     # Each run had its single-stream baseline launch, kept beside the fan-in's output.
     kept = sorted(p.name for p in tmp_path.rglob("probe-run*-baseline.out"))
     assert kept == [f"probe-run{i}-baseline.out" for i in (1, 2, 3)], kept
+
+
+@pytest.mark.slow
+def test_mvapich2_infiniband_build_runs_more_ranks_than_cores(tmp_path):
+    """MVAPICH2's mrail device pins a rank per core and stops in MPI_Init on more
+    ("MV2_ENABLE_AFFINITY: oversubscribed cores"); a host of fewer cores than ranks
+    (a 2-core CI machine) runs its 4-rank matmul with affinity off."""
+    prefix = mvapich2_mrail_prefix()
+    if prefix is None:
+        pytest.skip("no MVAPICH2 ch3:mrail build here: ci/build-mvapich2.sh SRC "
+                    "~/.cache/fabreg/mvapich2-mrail mrail, or FABREG_MVAPICH2_MRAIL_PREFIX")
+    if (os.cpu_count() or 1) >= 4:
+        pytest.skip("this host has 4 cores or more: 4 ranks do not oversubscribe it")
+    perflogs = tmp_path / "perflogs"
+    proc = run_reframe("-r", "-p", "mvapich2", "-n",
+                       "Matmul%transport=shm%nodes=1%mode=blocking%matrix_size=512%ranks=4$",
+                       perflog_dir=perflogs, cwd=tmp_path,
+                       env={"FABREG_MVAPICH2_PREFIX": str(prefix)})
+    out = _out(proc)
+    assert proc.returncode == 0, out[-4000:]
+    (row,) = _rows(perflogs, "Matmul")
+    assert row["result"] == "pass" and row["ranks"] == "4" and row["mpi"] == "mvapich2", row
+    (script,) = list((tmp_path / "output").rglob("Matmul_*/rfm_job.sh"))
+    assert "export MV2_ENABLE_AFFINITY=0" in script.read_text()
 
 
 @pytest.mark.slow

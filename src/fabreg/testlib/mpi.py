@@ -258,6 +258,10 @@ class MpiCheck(FabregCheck):
             self.num_tasks_per_node = None
         if self.mpi == "openmpi" and "--oversubscribe" not in self.launch_options:
             self.launch_options = [*self.launch_options, "--oversubscribe"]
+        if self.mpi == "mvapich2":
+            # MVAPICH2's InfiniBand device pins one rank per core and stops in MPI_Init on
+            # more ("MV2_ENABLE_AFFINITY: oversubscribed cores"), naming this switch.
+            self.env_vars = {**self.env_vars, "MV2_ENABLE_AFFINITY": "0"}
 
     @run_before("sanity")
     def skip_without_hca(self) -> None:
