@@ -463,6 +463,25 @@ def test_declared_transports_override_detection():
         "(extras['transports']: shm, ucx_rc)")
 
 
+def test_a_declared_transport_still_needs_a_build_that_carries_it():
+    """A partition's extras say what its nodes offer, not what each MPI build can carry: an
+    InfiniBand build of MVAPICH2 (ch3:mrail) on a partition that declares tcp is skipped
+    before its job (seen on the emulated cluster: it ran, found no HCA and failed), a socket
+    build runs it, and a build that names no device is left to the partition's word."""
+    declared = frozenset({"shm", "tcp"})
+    mrail = t.Inventory("mvapich2", mpi_device="ch3:mrail", declared=declared)
+    assert t.availability_problem("mvapich2", "tcp", mrail) == (
+        "MVAPICH2 runs TCP only from a socket build (ch3:sock or ch3:nemesis); this one is "
+        "ch3:mrail")
+    assert t.availability_problem("mvapich2", "shm", mrail) is None
+    nemesis = t.Inventory("mvapich2", mpi_device="ch3:nemesis", declared=declared)
+    assert t.availability_problem("mvapich2", "tcp", nemesis) is None
+    unnamed = t.Inventory("mvapich2", declared=declared)
+    assert t.availability_problem("mvapich2", "tcp", unnamed) is None
+    ofi = t.Inventory("mpich", mpi_device="ch4:ofi", declared=declared)
+    assert "needs a ch4:ucx build" in t.availability_problem("mpich", "tcp", ofi)
+
+
 def test_detect_on_this_host():
     """The real inventory of this machine: UCX without RDMA, Open MPI with UCX and vader."""
     if not t.shutil.which("ucx_info"):

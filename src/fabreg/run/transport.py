@@ -453,17 +453,16 @@ def availability_problem(mpi: str, transport: str, inventory: Inventory,
     """Why ``mpi`` cannot run ``transport`` on the partition ``inventory`` describes, or None."""
     net = net or NetConfig()
     if inventory.declared is not None:
-        if transport in inventory.declared:
-            return None
-        return (f"{transport} is not among the transports the partition declares "
-                f"(extras['transports']: {', '.join(sorted(inventory.declared)) or 'none'})")
+        if transport not in inventory.declared:
+            return (f"{transport} is not among the transports the partition declares "
+                    f"(extras['transports']: {', '.join(sorted(inventory.declared)) or 'none'})")
+        # The partition declares what its nodes offer; what the MPI's build can carry is
+        # the build's own (the same on every node), where the build names its device.
+        return _build_problem(mpi, transport, inventory) if inventory.mpi_device else None
     if mpi == "openmpi":
         return _openmpi_problem(transport, inventory, net)
     if mpi == "mpich":
-        if inventory.mpi_device and "ucx" not in inventory.mpi_device:
-            return (f"MPICH here is built with {inventory.mpi_device}; fabreg selects MPICH "
-                    f"transports through UCX, which needs a ch4:ucx build")
-        return ucx_problem(transport, inventory, net)
+        return _build_problem(mpi, transport, inventory) or ucx_problem(transport, inventory, net)
     if mpi == "mvapich2":
         return _mvapich2_problem(transport, inventory, net)
     return f"unknown MPI {mpi!r}"
@@ -513,25 +512,37 @@ def ucx_problem(transport: str, inventory: Inventory, net: NetConfig | None = No
     return None
 
 
-def _mvapich2_problem(transport: str, inventory: Inventory, net: NetConfig) -> str | None:
+def _build_problem(mpi: str, transport: str, inventory: Inventory) -> str | None:
+    """Why the MPI's build (its device) cannot carry ``transport`` on any node, or None."""
     device = inventory.mpi_device
+    if mpi == "mpich" and device and "ucx" not in device:
+        return (f"MPICH here is built with {device}; fabreg selects MPICH transports through "
+                f"UCX, which needs a ch4:ucx build")
+    if mpi != "mvapich2":
+        return None
     if transport in ("ucx_rc", "ucx_ud"):
         if device in _MV2_SOCKET_DEVICES:
             return f"MVAPICH2 here is a {device} build: it has no InfiniBand channel"
         if device and device.startswith("ch3:psm"):
             return (f"MVAPICH2 here is a {device} build (Omni-Path/TrueScale PSM): it has no "
                     "InfiniBand verbs channel")
+    if transport == "tcp" and device not in _MV2_SOCKET_DEVICES:
+        what = (f"this one is {device}" if device
+                else "neither `mpiname -a` nor `mpiexec -info` names ch3:sock or ch3:nemesis")
+        return f"MVAPICH2 runs TCP only from a socket build (ch3:sock or ch3:nemesis); {what}"
+    return None
+
+
+def _mvapich2_problem(transport: str, inventory: Inventory, net: NetConfig) -> str | None:
+    if build := _build_problem("mvapich2", transport, inventory):
+        return build
+    if transport in ("ucx_rc", "ucx_ud"):
         if not inventory.rdma_devices:
             return "no RDMA device on this host (/sys/class/infiniband is empty or absent)"
         missing = [d for d in net.rdma_devices if d.split(":")[0] not in inventory.rdma_devices]
         if missing:
             return (f"RDMA device(s) {', '.join(missing)} (partition extras) not present "
                     f"(have: {', '.join(inventory.rdma_devices)})")
-        return None
-    if transport == "tcp" and device not in _MV2_SOCKET_DEVICES:
-        what = (f"this one is {device}" if device
-                else "neither `mpiname -a` nor `mpiexec -info` names ch3:sock or ch3:nemesis")
-        return f"MVAPICH2 runs TCP only from a socket build (ch3:sock or ch3:nemesis); {what}"
     return None
 
 
