@@ -223,10 +223,12 @@ def compare(mpi: Mpi, osu_prefix: Path, probes_dir: Path, args: argparse.Namespa
         raise BenchError(f"{mpi.name}: {problem}")
     bind = mpi.bind_core if args.bind == "core" else mpi.bind_none
     launch = [*mpi.launcher, *bind]
+    osu_binaries: dict[str, Path] = {}
     osu_options: dict[str, list[str]] = {}
     for benchmark in args.benchmarks:
         binary = find_osu_binary(osu_prefix, benchmark)
         assert binary is not None  # osu_prefix_problem checked every benchmark
+        osu_binaries[benchmark] = binary
         try:
             osu_options[benchmark] = same_datatype_options(mpi, launch, binary, benchmark,
                                                            args.timeout)
@@ -238,8 +240,7 @@ def compare(mpi: Mpi, osu_prefix: Path, probes_dir: Path, args: argparse.Namespa
         for benchmark, sizes in runs_per_round(args):
             if (mpi.name, benchmark) in failed:
                 continue
-            osu_binary = find_osu_binary(osu_prefix, benchmark)
-            assert osu_binary is not None  # osu_prefix_problem checked every benchmark
+            osu_binary = osu_binaries[benchmark]
             options = ["-m", f"{sizes[0]}:{sizes[-1]}", *args.extra]
             # --control: OSU on both sides (an A/A test), to see this host's noise floor.
             probe_binary = osu_binary if args.control else probes_dir / benchmark
