@@ -50,6 +50,26 @@ def test_unknown_system_is_one_clear_error(tmp_path):
     assert "Traceback" not in out
 
 
+OSU_7_5_OPENMPI = Path.home() / ".cache" / "fabreg" / "osu-7.5-openmpi"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (OSU_7_5_OPENMPI / "libexec").is_dir(),
+                    reason=f"no OSU 7.5 built against OpenMPI at {OSU_7_5_OPENMPI} "
+                           "(ci/build-osu.sh SRC openmpi PREFIX, see docs/osu.md)")
+def test_osu_7_5_logs_the_int_datatype_it_reduces(tmp_path):
+    """OSU 7.5 reduces MPI_INT where the probes and OSU 7.2 reduce MPI_CHAR: another series."""
+    perflogs = tmp_path / "perflogs"
+    proc = run_reframe("-r", "-n", "OsuAllreduce", "-p", "openmpi", perflog_dir=perflogs,
+                       cwd=tmp_path, env={"FABREG_OSU_PREFIX_OPENMPI": str(OSU_7_5_OPENMPI)})
+    out = proc.stdout + proc.stderr
+    assert not re.findall(r"\* Failing phase: (?!performance)", out), out[-4000:]
+    (row,) = _perflog_rows(perflogs / "local" / "default" / "OsuAllreduce.log")
+    assert row["provider"] == "osu-prefix" and row["datatype"] == "MPI_INT"
+    curve = next(tmp_path.glob("output/local/default/openmpi/OsuAllreduce*/osu_curve.tsv"))
+    assert curve.read_text().splitlines()[1].startswith("4\t")  # one MPI_INT: 4 B
+
+
 @pytest.mark.slow
 def test_broken_reference_file_fails_with_file_and_key(tmp_path):
     checks = tmp_path / "checks"
@@ -97,6 +117,8 @@ def test_quick_run_writes_perflogs_with_values_units_and_references(tmp_path):
             if row["ref_status"] == "inconclusive":  # failing, but the host was busy
                 assert row[f"{var}_result"] == "pass"
             assert row["provider"] in ("fabreg-probes", "osu-prefix")
+            if row["provider"] == "fabreg-probes":  # the probes say so, as OSU 7.2 does
+                assert row["datatype"] == "MPI_CHAR"
             assert row["mpi"] == row["environ"]
             assert row["num_nodes"] == "1"
             assert row["job_completion_time"][-6] in "+-"  # RFC 3339 with UTC offset

@@ -89,6 +89,8 @@ SERIES_PARAMETERS: frozenset[str] = frozenset({
     "ranks", "layout", "fanin", "window", "count", "pairs", "blocks", "repeats",
     "measured_ranks", "background_pairs", "background_size", "background_window",
     "background_duty",
+    # what OSU says it reduced or sent: OSU 7.5 reduces MPI_INT, 7.2 and the probes MPI_CHAR
+    "datatype",
     # the sweep: which rounds it ran; per-link series add the link's two nodes
     "pattern", "max_rounds", "node_a", "node_b",
     # ReFrame's own, logged by every check

@@ -252,6 +252,13 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
     #: :type: ``str``
     #: :default: ``""``
     spack_lock = variable(str, value="", loggable=True)
+    #: The datatype OSU says it ran (its ``# Datatype:`` line; ``""`` where it prints none).
+    #: OSU 7.5 reduces ``MPI_INT`` where 7.2 and the probes reduce ``MPI_CHAR``: another
+    #: measurement, so another series (``fabreg sessions`` names the column that split it).
+    #:
+    #: :type: ``str``
+    #: :default: ``""`` (set from the output)
+    datatype = variable(str, value="", loggable=True)
     #: Message sizes that become performance variables.
     #:
     #: :type: ``list[int]``
@@ -346,6 +353,7 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
         if self.is_dry_run():  # nothing ran: no output to keep
             return
         result = self.parsed()
+        self.datatype = result.datatype or ""
         lines = ["size\t" + "\t".join(result.columns)]
         lines += [f"{size}\t" + "\t".join(str(row[c]) for c in result.columns)
                   for size, row in sorted(result.rows.items())]
