@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Describe a Debian/Ubuntu host's MPIs, UCX, perftest and compilers to Spack.
 #
-#   ci/spack-debian-externals.sh OUTDIR
+#   ci/spack-debian-externals.sh OUTDIR [MVAPICH2_PREFIX...]
+#
+# MVAPICH2_PREFIX: an MVAPICH2 install (ci/build-mvapich2.sh, or a site's), described as an
+# external whose `fabrics` variant is the device its `mpichversion` reports; give one per
+# build (spack.yaml asks for `fabrics=mrail` and `fabrics=nemesis`).
 #
 # Writes, under OUTDIR (which spack/sites/local.yaml finds via FABREG_SPACK_LOCAL_DIR):
 #   prefixes/openmpi, prefixes/mpich   one prefix per MPI, made of symlinks
@@ -18,8 +22,10 @@ set -euo pipefail
 
 die() { echo "spack-debian-externals: $*" >&2; exit 2; }
 
-[[ $# -eq 1 ]] || die "usage: $0 OUTDIR"
+[[ $# -ge 1 ]] || die "usage: $0 OUTDIR [MVAPICH2_PREFIX...]"
 out=$(mkdir -p "$1" && cd "$1" && pwd)
+shift
+mvapich2_prefixes=("$@")
 multiarch=$(gcc -print-multiarch 2>/dev/null || true)
 [[ -n "$multiarch" ]] || die "gcc -print-multiarch gave nothing: not a Debian-style host?"
 libdir=/usr/lib/$multiarch
@@ -102,6 +108,30 @@ if [[ -x /usr/bin/mpicc.mpich ]]; then
       prefix: $prefix
     buildable: false")
 fi
+
+# MVAPICH2 device -> the Spack recipe's `fabrics` value.
+mvapich2_externals=""
+for prefix in "${mvapich2_prefixes[@]}"; do
+    [[ -x $prefix/bin/mpichversion ]] \
+        || die "'$prefix' is not an MVAPICH2 install: it has no bin/mpichversion"
+    info=$("$prefix/bin/mpichversion")
+    version=$(sed -n 's/^MVAPICH2 Version:[[:space:]]*\([0-9.]*\).*/\1/p' <<<"$info")
+    device=$(sed -n 's/^MVAPICH2 Device:[[:space:]]*\([^[:space:]]*\).*/\1/p' <<<"$info")
+    [[ -n $version ]] || die "'$prefix' is not an MVAPICH2 install: its mpichversion names no MVAPICH2 version"
+    case "$device" in
+        ch3:mrail) fabrics=mrail ;;
+        ch3:nemesis) fabrics=nemesis ;;
+        ch3:sock) fabrics=sock ;;
+        ch3:psm) fabrics=psm ;;
+        *) die "MVAPICH2 in '$prefix' has device '$device', which Spack's fabrics variant does not name" ;;
+    esac
+    mvapich2_externals+="
+    - spec: mvapich2@$version fabrics=$fabrics
+      prefix: $(cd "$prefix" && pwd)"
+done
+[[ -n $mvapich2_externals ]] && externals+=("  mvapich2:
+    externals:$mvapich2_externals
+    buildable: false")
 
 if command -v ucx_info >/dev/null; then
     version=$(ucx_info -v | sed -n 's/^# Version \([0-9.]*\).*/\1/p')

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, have
+from conftest import REPO, have, mvapich2_mrail_prefix, mvapich2_prefix
 
 from fabreg.testlib.osu import SPACK_OSU_PACKAGES
 
@@ -191,3 +191,37 @@ def test_debian_externals_usage_error_is_one_line(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "usage:" in proc.stderr
+
+
+def test_debian_externals_describe_each_mvapich2_build_by_its_device(tmp_path):
+    builds = {"nemesis": mvapich2_prefix(), "mrail": mvapich2_mrail_prefix()}
+    builds = {fabrics: prefix for fabrics, prefix in builds.items() if prefix}
+    if not builds:
+        pytest.skip("no MVAPICH2 build: ci/build-mvapich2.sh SRC ~/.cache/fabreg/mvapich2 "
+                    "(and ... mvapich2-mrail mrail), see docs/mpis.md")
+    out = tmp_path / "site"
+    proc = subprocess.run(["bash", str(REPO / "ci" / "spack-debian-externals.sh"), str(out),
+                           *map(str, builds.values())],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    mvapich2 = yaml.safe_load((out / "externals.yaml").read_text())["packages"]["mvapich2"]
+    assert mvapich2["buildable"] is False
+    described = {e["prefix"]: e["spec"] for e in mvapich2["externals"]}
+    assert described == {str(prefix.resolve()): f"mvapich2@2.3.7 fabrics={fabrics}"
+                         for fabrics, prefix in builds.items()}
+
+
+def test_debian_externals_refuse_a_prefix_that_holds_no_mvapich2(tmp_path):
+    script = str(REPO / "ci" / "spack-debian-externals.sh")
+    proc = subprocess.run(["bash", script, str(tmp_path / "a"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"spack-debian-externals: '{tmp_path}' is not an MVAPICH2 "
+                                   "install: it has no bin/mpichversion")
+    if have("mpichversion"):  # Debian's MPICH: an mpichversion that names no MVAPICH2
+        prefix = Path(shutil.which("mpichversion")).parent.parent
+        proc = subprocess.run(["bash", script, str(tmp_path / "b"), str(prefix)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2
+        assert proc.stderr.strip().count("\n") == 0
+        assert "its mpichversion names no MVAPICH2 version" in proc.stderr
