@@ -549,3 +549,12 @@ def test_mvapich2_mrail_without_an_hca_is_told_by_its_own_line(golden):
     assert mvapich2_no_hca(text) == "[vm:mpi_rank_0][rdma_open_hca] No HCAs found on the system."
     nemesis = (golden / "mvapich2-2.3.7" / "nemesis-shm-osu_bibw-abort.txt").read_text()
     assert mvapich2_no_hca(nemesis) is None
+
+
+def test_only_mvapich2_infiniband_device_is_said_to_spin_rather_than_yield():
+    mrail = t.Inventory(mpi="mvapich2", mpi_device="ch3:mrail")
+    assert t.polls_without_yielding("mvapich2", mrail) == (
+        "MVAPICH2's ch3:mrail device polls shared memory without yielding the CPU")
+    for mpi, device in [("mvapich2", "ch3:nemesis"), ("mvapich2", None), ("mpich", "ch4:ucx"),
+                        ("openmpi", None)]:
+        assert t.polls_without_yielding(mpi, t.Inventory(mpi=mpi, mpi_device=device)) is None

@@ -617,6 +617,22 @@ def observed(spec: LaunchSpec, output: str) -> tuple[set[str], list[str], list[s
     return classes, evidence, off_device
 
 
+def polls_without_yielding(mpi: str, inventory: Inventory) -> str | None:
+    """Why ``mpi``'s idle ranks keep their CPU, or None where they give it up.
+
+    With more ranks than CPUs, such ranks share the CPUs as the OS scheduler decides, so
+    which rank gets how much of the node is not the fabric's doing. Open MPI yields when
+    oversubscribed, MPICH and MVAPICH2's nemesis device yield after a number of polls;
+    MVAPICH2's InfiniBand device (``ch3:mrail``) spins on its shared-memory queues and
+    yields only between threads (``MV2_USE_THREAD_YIELD``), and its blocking mode
+    (``MV2_USE_BLOCKING``) turns shared memory off.
+    """
+    if mpi == "mvapich2" and (inventory.mpi_device or "").startswith("ch3:mrail"):
+        return (f"MVAPICH2's {inventory.mpi_device} device polls shared memory without "
+                "yielding the CPU")
+    return None
+
+
 def _mvapich2_classes(report: Mvapich2Report) -> set[str]:
     """The transports the report shows; none when it lacks its Parameters block."""
     channel = report.channel

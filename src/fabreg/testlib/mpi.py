@@ -204,11 +204,10 @@ class MpiCheck(FabregCheck):
 
     def launch_spec(self) -> tx.LaunchSpec:
         """How this run selects its transport (``fabreg.run.transport``), or a skip with why."""
-        part, env = self.current_partition, self.current_environ
+        part = self.current_partition
         with reframe_errors():
             net = tx.NetConfig.from_extras(part.extras, f"partition {part.fullname}")
-        inventory = tx.detect(self.mpi, env.extras.get("launcher"),
-                              declared=part.extras.get("transports"))
+        inventory = self.inventory()
         problem = tx.availability_problem(self.mpi, self.transport, inventory, net)
         self.skip_if(bool(problem), f"{self.transport} is unavailable for {self.mpi} on "
                                     f"{part.fullname}: {problem}")
@@ -218,6 +217,18 @@ class MpiCheck(FabregCheck):
             return tx.launch_spec(self.mpi, self.transport, nodes=nodes, ranks_per_node=rpn,
                                   net=net, inventory=inventory, verify=self.verify_transport,
                                   buffer=getattr(self, "buffer", "host"))
+
+    def inventory(self) -> tx.Inventory:
+        """What this partition's MPI build and hosts offer (probed once per session)."""
+        return tx.detect(self.mpi, self.current_environ.extras.get("launcher"),
+                         declared=self.current_partition.extras.get("transports"))
+
+    def node_cpus(self) -> int:
+        """CPUs of one node of the job: this host's on a local partition, else what the
+        partition declares (``processor.num_cpus``; 0 when it declares none)."""
+        if self.is_local():
+            return os.cpu_count() or 1
+        return self.current_partition.processor.num_cpus or 0
 
     def launcher_style(self) -> str:
         argv = self.current_environ.extras.get("launcher") or [
@@ -242,7 +253,7 @@ class MpiCheck(FabregCheck):
         on another partition whose nodes declare fewer CPUs (``processor.num_cpus``) the
         case is skipped with why, not failed by ``sbatch``."""
         part = self.current_partition
-        cpus = (os.cpu_count() or 1) if self.is_local() else part.processor.num_cpus
+        cpus = self.node_cpus()
         per_node = self.num_tasks_per_node or self.num_tasks
         if not cpus or per_node <= cpus:
             return
