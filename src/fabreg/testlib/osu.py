@@ -64,6 +64,10 @@ BENCHMARKS: dict[str, tuple[str, str, list[int]]] = {
 
 PT2PT = ("osu_latency", "osu_bw", "osu_bibw")
 
+#: The datatype of the probes, of OSU 7.2 and of every point-to-point benchmark: the
+#: ``datatype`` column stays empty for it (see ``OsuCheck.datatype``).
+BYTE_DATATYPE = "MPI_CHAR"
+
 #: Files the binaries fixture's build writes: the MPI wrapper's link line, ``ldd`` per binary.
 WRAPPER_SHOW = "rfm_mpi_show.txt"
 LDD_PREFIX = "rfm_ldd_"
@@ -252,9 +256,11 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
     #: :type: ``str``
     #: :default: ``""``
     spack_lock = variable(str, value="", loggable=True)
-    #: The datatype OSU says it ran (its ``# Datatype:`` line; ``""`` where it prints none).
-    #: OSU 7.5 reduces ``MPI_INT`` where 7.2 and the probes reduce ``MPI_CHAR``: another
-    #: measurement, so another series (``fabreg sessions`` names the column that split it).
+    #: The datatype OSU says it ran (its ``# Datatype:`` line) where it is not
+    #: :data:`BYTE_DATATYPE`: OSU 7.5 reduces ``MPI_INT`` where 7.2 and the probes reduce
+    #: ``MPI_CHAR``, another measurement, so another series (``fabreg sessions`` names the
+    #: column that split it). Empty for ``MPI_CHAR`` and where OSU prints no datatype, so
+    #: the series a site kept before this column existed go on as one series.
     #:
     #: :type: ``str``
     #: :default: ``""`` (set from the output)
@@ -353,7 +359,8 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
         if self.is_dry_run():  # nothing ran: no output to keep
             return
         result = self.parsed()
-        self.datatype = result.datatype or ""
+        said = (result.datatype or "").upper()
+        self.datatype = "" if said == BYTE_DATATYPE else said
         lines = ["size\t" + "\t".join(result.columns)]
         lines += [f"{size}\t" + "\t".join(str(row[c]) for c in result.columns)
                   for size, row in sorted(result.rows.items())]
