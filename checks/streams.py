@@ -156,7 +156,7 @@ class StreamsFanIn(StreamsBase):
         """With more ranks than the node has CPUs and an MPI whose idle ranks keep spinning,
         each stream's share is the OS scheduler's, not the fabric's: MVAPICH2's InfiniBand
         device on a 2-CPU node gave slowest/fastest 0.43-0.83 where Open MPI gave 0.90-0.99."""
-        ranks, cpus = self.fanin + 1, self.node_cpus()
+        ranks, cpus = self.placement()[1], self.node_cpus()
         if not cpus or ranks <= cpus:
             return
         spins = polls_without_yielding(self.mpi, self.inventory())

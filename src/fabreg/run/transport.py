@@ -108,6 +108,8 @@ _MV2_SOCKET_DEVICES = ("ch3:sock", "ch3:nemesis", "ch3:nemesis:tcp")
 #: environment report; ranks of one node use its shared-memory queues, other nodes its TCP
 #: netmod (the only one built), so the build's device is the evidence.
 _MV2_NEMESIS = "ch3:nemesis"
+#: MVAPICH2's InfiniBand device (OFA-IB-CH3): the build InfiniBand sites run.
+_MV2_MRAIL = "ch3:mrail"
 _OMPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun", "prterun", "oshrun")
 
 LAUNCHER_MPIRUN = "mpirun"  # Open MPI's own launcher: --mca options, -x to forward env vars
@@ -627,7 +629,7 @@ def polls_without_yielding(mpi: str, inventory: Inventory) -> str | None:
     yields only between threads (``MV2_USE_THREAD_YIELD``), and its blocking mode
     (``MV2_USE_BLOCKING``) turns shared memory off.
     """
-    if mpi == "mvapich2" and (inventory.mpi_device or "").startswith("ch3:mrail"):
+    if mpi == "mvapich2" and (inventory.mpi_device or "").startswith(_MV2_MRAIL):
         return (f"MVAPICH2's {inventory.mpi_device} device polls shared memory without "
                 "yielding the CPU")
     return None

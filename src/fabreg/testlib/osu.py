@@ -356,6 +356,7 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
 
     @run_before("sanity")
     def keep_curve(self) -> None:
+        """The table as ``osu_curve.tsv``, and the datatype OSU printed above it."""
         if self.is_dry_run():  # nothing ran: no output to keep
             return
         result = self.parsed()
