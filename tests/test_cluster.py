@@ -279,7 +279,9 @@ def test_a_link_capped_at_half_its_calibrated_bandwidth_fails_then_restore_passe
 
     Best of 5 per job and 8 calibration jobs: on this 2-core VM one healthy job in about
     twenty runs ~25 % slow in all its repeats (ranks and the network's softirqs sharing
-    cores), and the baseline's band follows its worst healthy job."""
+    cores), and the baseline's band follows its worst healthy job. Where one ran -33 % (a
+    CI run on a slow day) the band reached 50 %: calibrate says so, and the test does what
+    it tells a site, calibrating again from new runs (``--since``)."""
     checks = tmp_path / "checks"
     checks.mkdir()
     shutil.copy(REPO / "checks" / "osu.py", checks)
@@ -287,17 +289,23 @@ def test_a_link_capped_at_half_its_calibrated_bandwidth_fails_then_restore_passe
     bandwidth = ["-n", "OsuBandwidth%transport=tcp%nodes=2", "-p", "openmpi",
                  "-S", "perf_sizes=1048576", "-S", "iterations=20", "-S", "warmup=2",
                  "-S", "repeats=5", "-S", "time_limit=5m"]
-    calibration = cluster.reframe(tmp_path / "calibrate", *bandwidth, "--repeat", "8",
-                                  checks=checks)
-    assert calibration.returncode == 0, (calibration.stdout + calibration.stderr)[-4000:]
     db = tmp_path / "fabreg.db"
-    fabreg("ingest", "-q", str(tmp_path / "calibrate" / "perflogs"), db=db, check=True)
-    fabreg("references", "calibrate", "--system", "minicluster", "--checks", str(checks),
-           db=db, check=True)
-    (baseline,) = (checks / "references" / "minicluster").glob("*.yaml")
-    rows = yaml.safe_load(baseline.read_text())["references"]
-    (row,) = [r for r in rows if r["metric"] == "bandwidth"]
-    assert row["fail"] < 0.5, f"the calibrated band cannot catch a half-speed link: {row}"
+    for attempt in ("calibrate", "recalibrate"):
+        began = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+        calibration = cluster.reframe(tmp_path / attempt, *bandwidth, "--repeat", "8",
+                                      checks=checks)
+        assert calibration.returncode == 0, (calibration.stdout + calibration.stderr)[-4000:]
+        fabreg("ingest", "-q", str(tmp_path / attempt / "perflogs"), db=db, check=True)
+        calibrated = fabreg("references", "calibrate", "--system", "minicluster", "--checks",
+                            str(checks), "--force", "--since", began, db=db, check=True)
+        (baseline,) = (checks / "references" / "minicluster").glob("*.yaml")
+        rows = yaml.safe_load(baseline.read_text())["references"]
+        (row,) = [r for r in rows if r["metric"] == "bandwidth"]
+        blind = "cannot catch a link at half speed" in calibrated.stderr
+        assert blind == (row["fail"] >= 0.5), (row, calibrated.stderr)
+        if not blind:
+            break
+    assert row["fail"] < 0.5, f"two calibrations cannot catch a half-speed link: {row}"
     # the host control that will judge the capped run: its TCP figure, on the value's path
     assert {r["metric"] for r in rows if r["benchmark"] == "host_control"} >= {"tcp_loopback"}
     half = f"{int(row['value'] * 8 / 2)}mbit"  # OSU's MB/s are 10^6 B/s, tc's mbit 10^6 bit/s

@@ -406,3 +406,49 @@ def test_a_baseline_spanning_hours_gets_no_warning_of_a_short_span(tmp_path, cap
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "wrote" in out and "rests on" not in err
+
+
+#: The best-of-5 bandwidths (MB/s) of the 8 healthy calibration jobs of a CI run of
+#: test_cluster's capped-link test on a slow day: one job ran -33 % in all its repeats.
+SLOW_SPELL_CALIBRATION = [1631.43, 1424.34, 1656.4, 1063.98, 1384.17, 1607.61, 1761.4,
+                          1583.34]
+
+
+@pytest.mark.parametrize("values, blind", [
+    (SLOW_SPELL_CALIBRATION, True),
+    ([v for v in SLOW_SPELL_CALIBRATION if v > 1100], False),
+])
+def test_a_baseline_too_wide_to_catch_a_half_speed_link_says_so(tmp_path, capsys, values,
+                                                                blind):
+    db = tmp_path / "fabreg.db"
+    checks = tmp_path / "checks"
+    (checks / "references").mkdir(parents=True)
+    with Store(db) as store:
+        for i, value in enumerate(values):
+            add_run(store, 1000 + i * 600, {"bandwidth_1MB": (value, "MB/s")},
+                    {"bandwidth_1MB": BW1M}, extra={"host_key": "testhost"})
+    code = main(["references", "calibrate", "--db", str(db), "--system", "local",
+                 "--checks", str(checks), "--host-key", "testhost"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    (row,) = yaml.safe_load((checks / "references" / "local" / "testhost.yaml").read_text()
+                            )["references"]
+    assert (row["fail"] >= 0.5) == blind, row
+    if blind:
+        assert "1 row(s) cannot catch a link at half speed" in err, err
+        assert "fail 50%, its worst of 8 runs -33%" in err and "--since" in err, err
+    else:
+        assert "half speed" not in err, err
+
+
+def test_blind_rows_are_fabric_rows_that_pass_the_fault_in_either_direction():
+    def row(metric: str, unit: str, fail: float, benchmark: str = "osu") -> suggest.Suggestion:
+        lower = suggest.lower_is_better(metric, unit)
+        return suggest.Suggestion((("benchmark", benchmark), ("metric", metric)), unit, 5,
+                                  1.0, 0.9, 1.1, 0.0, lower, 1.0, fail / 2, fail, 0, 0)
+    rows = [row("bandwidth", "MB/s", 0.49), row("bandwidth", "MB/s", 0.5),
+            row("latency", "us", 0.99), row("latency", "us", 1.0),
+            row("copy_bandwidth", "GB/s", 0.6, benchmark="host_control")]
+    assert [(dict(s.key)["metric"], s.fail) for s in suggest.blind_rows(rows)] == [
+        ("bandwidth", 0.5), ("latency", 1.0)]
+    assert suggest.blind_warning(rows[:1]) == ""

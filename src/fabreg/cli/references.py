@@ -156,4 +156,6 @@ def run_suggest(args: argparse.Namespace, select=None, host: str = "") -> int:
     print(f"wrote {out}: {len(rows)} reference row(s), {len(skipped)} key(s) without a row")
     if host and (why := suggest.short_span(grouped)):
         print(f"warning: {why}", file=sys.stderr)
+    if why := suggest.blind_warning(rows):
+        print(f"warning: {why}", file=sys.stderr)
     return 0

@@ -283,6 +283,41 @@ def short_span(grouped: Grouped) -> str:
             f"{BASELINE_SPAN_S / 3600:g} h, ingest, and calibrate again with --force")
 
 
+#: The smallest fault the suite exists to catch: a link at half speed. It halves a
+#: bandwidth (-50 %) and doubles a time (+100 %); a row whose ``fail`` band reaches that
+#: deviation passes the fault.
+HALF_SPEED = {False: 0.5, True: 1.0}  # keyed on lower_is_better
+
+
+def blind_rows(rows: Sequence[Suggestion]) -> list[Suggestion]:
+    """The fabric rows whose failure band is too wide to fail a link at half speed (host
+    control rows judge the host, not a link, and are not among them)."""
+    return [s for s in rows if dict(s.key)["benchmark"] != HOST_CONTROL_BENCHMARK
+            and s.fail >= HALF_SPEED[s.lower_is_better]]
+
+
+def blind_warning(rows: Sequence[Suggestion]) -> str:
+    """Why a baseline cannot catch a link at half speed, naming its rows, or ``""``.
+
+    A baseline's band follows its worst healthy run (:func:`baseline_tolerances`); one run
+    taken in a slow spell of the host (on the 2-core VM, a job at -33 % in every repeat
+    while the host control moved by -17 %) widens it past the fault it is there to catch,
+    and nothing else says so: the baseline would pass that fault every night."""
+    blind = blind_rows(rows)
+    if not blind:
+        return ""
+    shown = []
+    for s in blind[:3]:
+        worst = ((s.high - s.median) if s.lower_is_better else (s.low - s.median)) / s.median
+        shown.append(f"{_flow(dict(s.key))} (fail {s.fail:.0%}, its worst of {s.n} runs "
+                     f"{worst:+.0%})")
+    more = f" and {len(blind) - 3} more" if len(blind) > 3 else ""
+    return (f"{len(blind)} row(s) cannot catch a link at half speed (their fail band reaches "
+            f"the -50 % / +100 % it makes): {'; '.join(shown)}{more}. A run taken while the "
+            "host ran slow widened them: run these checks again while the host is quiet, "
+            "ingest, and calibrate again with --force --since the time the new runs began")
+
+
 def round_significant(x: float, digits: int = VALUE_DIGITS) -> float:
     """``x`` to ``digits`` significant digits (1234.5 -> 1230.0)."""
     return float(f"{x:.{digits}g}") if x else 0.0
