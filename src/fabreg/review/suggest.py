@@ -313,7 +313,8 @@ def blind_warning(rows: Sequence[Suggestion]) -> str:
                      f"{worst:+.0%})")
     more = f" and {len(blind) - 3} more" if len(blind) > 3 else ""
     return (f"{len(blind)} row(s) cannot catch a link at half speed (their fail band reaches "
-            f"the -50 % / +100 % it makes): {'; '.join(shown)}{more}. A run taken while the "
+            f"the -50 % of a halved bandwidth or the +100 % of a doubled time): "
+            f"{'; '.join(shown)}{more}. A run taken while the "
             "host ran slow widened them: run these checks again while the host is quiet, "
             "ingest, and calibrate again with --force --since the time the new runs began")
 
