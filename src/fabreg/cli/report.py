@@ -78,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
             curves = (compare.resolve(args.baseline or "latest~1", sessions),
                       compare.resolve(args.candidate or "latest", sessions))
             (a, b), (c, d) = (compare.time_span(sel, spans) for sel in curves)
-            curve_series = store.load(since=min(a, c), until=max(b, d))
+            # the report's own series only: a summarised sweep's links draw no curve
+            curve_series = store.load([v.series.id for v in listed], since=min(a, c),
+                                      until=max(b, d))
     by_id = {v.series.id: v for v in shown}
     verdicts = [by_id.get(v.series.id, v) for v in listed]
     sweeps_page = isolation_plot.write(sweeps, out)
