@@ -34,6 +34,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -288,6 +289,8 @@ def main() -> int:
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old_tree)],
                        capture_output=True)
+        if not args.keep:  # its stores and perflogs: gigabytes at 10,000 nodes
+            shutil.rmtree(base, ignore_errors=True)
     return 0
 
 
