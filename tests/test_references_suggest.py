@@ -393,18 +393,26 @@ def test_host_control_values_are_one_per_run_and_figure():
         "host_round_trip": {"benchmark": "host_control", "metric": "round_trip"}}
 
 
-def test_a_baseline_spanning_hours_gets_no_warning_of_a_short_span(tmp_path, capsys):
+def calibrate_bandwidths(tmp_path: Path, capsys, values: list[float], gap_s: float
+                         ) -> tuple[str, str]:
+    """``references calibrate`` of host ``testhost`` from one 1 MiB bandwidth run per value,
+    ``gap_s`` apart, into ``tmp_path/checks``: its (stdout, stderr)."""
     db = tmp_path / "fabreg.db"
     checks = tmp_path / "checks"
     (checks / "references").mkdir(parents=True)
     with Store(db) as store:
-        for i, value in enumerate([2200.0, 2250.0, 2150.0]):
-            add_run(store, 1000 + i * 1800, {"bandwidth_1MB": (value, "MB/s")},
+        for i, value in enumerate(values):
+            add_run(store, 1000 + i * gap_s, {"bandwidth_1MB": (value, "MB/s")},
                     {"bandwidth_1MB": BW1M}, extra={"host_key": "testhost"})
     code = main(["references", "calibrate", "--db", str(db), "--system", "local",
                  "--checks", str(checks), "--host-key", "testhost"])
     out, err = capsys.readouterr()
     assert code == 0, err
+    return out, err
+
+
+def test_a_baseline_spanning_hours_gets_no_warning_of_a_short_span(tmp_path, capsys):
+    out, err = calibrate_bandwidths(tmp_path, capsys, [2200.0, 2250.0, 2150.0], 1800)
     assert "wrote" in out and "rests on" not in err
 
 
@@ -420,19 +428,9 @@ SLOW_SPELL_CALIBRATION = [1631.43, 1424.34, 1656.4, 1063.98, 1384.17, 1607.61, 1
 ])
 def test_a_baseline_too_wide_to_catch_a_half_speed_link_says_so(tmp_path, capsys, values,
                                                                 blind):
-    db = tmp_path / "fabreg.db"
-    checks = tmp_path / "checks"
-    (checks / "references").mkdir(parents=True)
-    with Store(db) as store:
-        for i, value in enumerate(values):
-            add_run(store, 1000 + i * 600, {"bandwidth_1MB": (value, "MB/s")},
-                    {"bandwidth_1MB": BW1M}, extra={"host_key": "testhost"})
-    code = main(["references", "calibrate", "--db", str(db), "--system", "local",
-                 "--checks", str(checks), "--host-key", "testhost"])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    (row,) = yaml.safe_load((checks / "references" / "local" / "testhost.yaml").read_text()
-                            )["references"]
+    _, err = calibrate_bandwidths(tmp_path, capsys, values, 600)
+    (row,) = yaml.safe_load((tmp_path / "checks" / "references" / "local" / "testhost.yaml"
+                             ).read_text())["references"]
     assert (row["fail"] >= 0.5) == blind, row
     if blind:
         assert "1 row(s) cannot catch a link at half speed" in err, err
