@@ -79,13 +79,13 @@ class State:
                    changes_of(kept) if kept else [])
 
 
-#: :func:`changes_text` of no change.
-NO_CHANGES = "[]"
-
-
 def changes_text(changes: list[trends.Change]) -> str:
     """Changes as the store keeps them (``trend_state.kept``, ``trend_verdicts.changes``)."""
     return json.dumps([dataclasses.asdict(c) for c in changes])
+
+
+#: :func:`changes_text` of no change: most kept rows (a short series' verdict).
+NO_CHANGES = changes_text([])
 
 
 def changes_of(text: str) -> list[trends.Change]:
@@ -283,7 +283,7 @@ def stored_verdict(series: SeriesData, row: tuple[str, str, float] | None
     if row is None:
         return trends.SeriesVerdict(series, trends.STABLE)
     verdict, changes, noise = row
-    if changes == NO_CHANGES:  # most kept rows (a short series' verdict): nothing to place
+    if changes == NO_CHANGES:  # nothing to place
         return trends.SeriesVerdict(series, verdict, [], noise)
     return placed(trends.SeriesVerdict(series, verdict, changes_of(changes), noise))
 
