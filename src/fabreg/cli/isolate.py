@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
+from fabreg.review.gc_pause import collector_paused
 from fabreg.review.store import Store
 from fabreg.review.sweeps import Sweep, latest_sweeps
 
@@ -77,13 +78,14 @@ def _text(sweep: Sweep) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    with Store(db_path(args.db), create=False) as store:
+    with Store(db_path(args.db), create=False) as store, collector_paused():
         sweeps = latest_sweeps(store.newest_link_values(), system=args.system,
                                attributes=store.run_attributes)
-    if not sweeps:
-        raise FabregError("no sweep in the store: run the sweep (reframe ... --tag sweep), "
-                          "then fabreg ingest perflogs")
-    suspects = [(sweep, s) for sweep in sweeps for loc in sweep.localise() for s in loc.suspects]
+        if not sweeps:
+            raise FabregError("no sweep in the store: run the sweep (reframe ... --tag "
+                              "sweep), then fabreg ingest perflogs")
+        suspects = [(sweep, s) for sweep in sweeps for loc in sweep.localise()
+                    for s in loc.suspects]
     confirmed = [x for x in suspects if not x[0].unconfirmed(x[1])]
     if args.format == "json":
         print(json.dumps({"suspects": [{**s.as_json_object(), "system": sweep.system,

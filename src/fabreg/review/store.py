@@ -17,7 +17,6 @@ or duplicating values.
 from __future__ import annotations
 
 import bisect
-import gc
 import hashlib
 import json
 import json.encoder
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from fabreg.errors import FabregError
 from fabreg.review.filemarks import FileMark
+from fabreg.review.gc_pause import collector_paused
 from fabreg.review.perflog import Run, RunLink, Sample, Session
 
 if TYPE_CHECKING:  # numpy is imported by the readers that build arrays: `fabreg ingest`
@@ -968,17 +968,21 @@ class Store:
                "JOIN runs r ON r.id = v.run_id "
                "WHERE json_extract(s.params, '$.node_a') IS NOT NULL "
                "AND json_extract(s.params, '$.node_b') IS NOT NULL ORDER BY s.id, v.run_id")
-        newest: dict[int, tuple] = {}
-        for sid, *row in self._query(sql):
-            newest[sid] = row  # of two values at the same time, the later run's (as load)
-        rest: dict[str, tuple[tuple[str, str], ...]] = {}
-        out = []
-        for test, system, part, env, perfvar, params, a, b, when, jobid, value in (
-                newest.values()):
-            if params not in rest:
-                rest[params] = tuple(sorted(json.loads(params).items()))
-            out.append(LinkValue(SeriesKey(test, rest[params], system, part, env, perfvar),
-                                 str(a), str(b), when, jobid or "", value))
+        with collector_paused():
+            newest: dict[int, tuple] = {}
+            for sid, *row in self._query(sql):
+                newest[sid] = row  # of two values at the same time, the later run's (as load)
+            # a sweep's links share a handful of keys: each made once
+            keys: dict[tuple[str, ...], SeriesKey] = {}
+            out = []
+            for test, system, part, env, perfvar, params, a, b, when, jobid, value in (
+                    newest.values()):
+                shared = (test, system, part, env, perfvar, params)
+                key = keys.get(shared)
+                if key is None:
+                    key = keys[shared] = SeriesKey(test, tuple(sorted(json.loads(
+                        params).items())), system, part, env, perfvar)
+                out.append(LinkValue(key, str(a), str(b), when, jobid or "", value))
         return out
 
     def _runs_sessions(self) -> tuple[dict[int, str], dict[int, str], dict[int, float]]:
@@ -1056,9 +1060,7 @@ class Store:
         carried: list[np.ndarray] | None = None  # the rows of a series a batch cut
         # Tens of millions of row tuples, none in a cycle: the collector would walk every
         # series read so far again and again (a 10,000-node store: 100 s instead of 30).
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_paused():
             while True:
                 rows = cursor.fetchmany(50000)
                 if not rows:
@@ -1075,9 +1077,6 @@ class Store:
                 out += self._series_of(columns, last, keys, bands, session_of, job_of,
                                        result_of, newest)
                 carried = [c[last:] for c in columns]
-        finally:
-            if collecting:
-                gc.enable()
         if carried is not None:
             out += self._series_of(carried, len(carried[0]), keys, bands, session_of, job_of,
                                    result_of, newest)

@@ -222,12 +222,18 @@ def latest_sweeps(links: Iterable[LinkValue], system: str | None = None,
     system, partition, environment and transport, from each link's newest value
     (``Store.newest_link_values``, or ``newest_values`` of a loaded store). ``attributes``
     (``Store.run_attributes``) gives each pair its round, from the run's pair rounds."""
-    groups: dict[tuple, list[LinkValue]] = defaultdict(list)
+    # by key object first: the links of one sweep read from the store share a handful of
+    # keys, and a key's hash is taken of all its parameters (450,000 links at 10,000 nodes)
+    by_key: dict[int, tuple[SeriesKey, list[LinkValue]]] = {}
     for s in links:
-        if system and s.key.system != system:
-            continue
-        k = s.key
-        groups[(k.test, k.params, k.system, k.partition, k.environ)].append(s)
+        found = by_key.get(id(s.key))
+        if found is None:
+            found = by_key[id(s.key)] = (s.key, [])
+        found[1].append(s)
+    groups: dict[tuple, list[LinkValue]] = defaultdict(list)
+    for k, members in by_key.values():
+        if not system or k.system == system:
+            groups[(k.test, k.params, k.system, k.partition, k.environ)] += members
     sweeps = []
     for (test, params, sys_name, part, env), members in sorted(groups.items()):
         newest = max(s.time for s in members)
