@@ -13,6 +13,7 @@ from pathlib import Path
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
 from fabreg.review import filemarks, perflog, run_report, site_format
+from fabreg.review.gc_pause import collector_paused
 from fabreg.review.progress import Progress
 from fabreg.review.store import IngestCount, Store
 
@@ -95,12 +96,13 @@ def _read_perflog(store: Store, path: Path, marks: filemarks.MarkIndex, reread: 
     header, first_line = new.header, new.first_line
     done = 0
     for piece in _pieces(new.data):
-        chunk = perflog.read_perflog_bytes(piece, str(path), header, first_line, formats)
-        perflog.demote_run_only(chunk.samples, tally.run_only)
-        # the file's mark with each piece: an ingest cut short (a year of sweeps in one file
-        # takes many minutes) resumes after the last piece it stored
-        done += len(piece)
-        added = store.add(chunk.samples, mark=new.mark(chunk.header, done))
+        with collector_paused():  # a piece is hundreds of thousands of values and keys
+            chunk = perflog.read_perflog_bytes(piece, str(path), header, first_line, formats)
+            perflog.demote_run_only(chunk.samples, tally.run_only)
+            # the file's mark with each piece: an ingest cut short (a year of sweeps in one
+            # file takes many minutes) resumes after the last piece it stored
+            done += len(piece)
+            added = store.add(chunk.samples, mark=new.mark(chunk.header, done))
         count.added += added.added
         count.seen += added.seen
         count.sessions += added.sessions

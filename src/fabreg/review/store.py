@@ -24,7 +24,7 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -628,24 +628,35 @@ class Store:
         wanted = {key_hash(text): ((key[0], key[2], key[3], key[4], key[5],
                                     params_text[key[1]]), key, text)
                   for key, text in keys.items()}
-        hashes = list(wanted)
         out: dict[str, int] = {}
+        for row in self._series_rows(list(wanted)):
+            found = wanted.get(row[0])
+            if found is None:
+                continue
+            columns, key, text = found
+            # two keys with one hash: told apart by the columns themselves (the
+            # parameters' text as written, else as read)
+            if (row[1:7] == columns
+                    or (row[1:6] == columns[:5]
+                        and tuple(sorted(json.loads(row[6]).items())) == key[1])):
+                out[text] = row[7]
+        return out
+
+    def _series_rows(self, hashes: list[int]) -> Iterator[tuple]:
+        """The stored series rows (hash, test, system, partition, environ, perfvar, params,
+        id) of these hashes, and maybe others: when they are half the stored series or more
+        (a night of a sweep: every link again), the table read in order costs half of
+        looking each one up by the hash index."""
+        columns = "key_hash, test, system, partition, environ, perfvar, params, id"
+        stored = self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM series").fetchone()[0]
+        if 2 * len(hashes) >= stored:
+            yield from self.conn.execute(f"SELECT {columns} FROM series")
+            return
         for i in range(0, len(hashes), 500):
             chunk = hashes[i:i + 500]
-            for row in self.conn.execute(
-                    "SELECT key_hash, test, system, partition, environ, perfvar, params, id "
-                    f"FROM series WHERE key_hash IN ({','.join('?' * len(chunk))})", chunk):
-                found = wanted.get(row[0])
-                if found is None:
-                    continue
-                columns, key, text = found
-                # two keys with one hash: told apart by the columns themselves (the
-                # parameters' text as written, else as read)
-                if (row[1:7] == columns
-                        or (row[1:6] == columns[:5]
-                            and tuple(sorted(json.loads(row[6]).items())) == key[1])):
-                    out[text] = row[7]
-        return out
+            yield from self.conn.execute(
+                f"SELECT {columns} FROM series WHERE key_hash IN "
+                f"({','.join('?' * len(chunk))})", chunk)
 
     # -- reading ---------------------------------------------------------------------
 
