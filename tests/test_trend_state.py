@@ -9,8 +9,10 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import fabreg
 
+from fabreg.errors import FabregError
 from fabreg.review import trend_state, trends
 from fabreg.review.store import SeriesData, SeriesKey, Store
 from fabreg.review.synthetic import EPOCH, generate
@@ -184,3 +186,30 @@ def test_a_first_run_in_batches_of_series_keeps_what_one_read_of_all_keeps(tmp_p
     assert sum(v.before > 0 for v in parts) >= 20  # most series: their window only
     assert _states(one) == _states(batched)
     assert any(c.index == -1 for v in parts for c in v.changes)  # changes before a window
+
+
+def test_verdicts_and_states_are_saved_whole_or_not_at_all(tmp_path):
+    """A save that fails on its last row (here: a series id given twice) leaves the kept
+    verdicts and states as they were, not the old ones deleted and half the new written:
+    the readers of the store would take half a run's verdicts for the whole."""
+    data = generate(tmp_path / "logs", sessions=100, transports=("tcp",), nodes=(2,), seed=5,
+                    shifted=1.0)
+    db = tmp_path / "store.db"
+    fabreg("ingest", "-q", str(data.root), db=db, check=True)
+    proc = fabreg("trends", "--incremental", "-q", "--format", "json", db=db)
+    assert proc.returncode == 1, proc.stderr  # the shifted series: regressions
+    with sqlite3.connect(db) as conn:
+        settings = conn.execute("SELECT value FROM meta WHERE key = 'trend_settings'"
+                                ).fetchone()[0]
+        verdicts = conn.execute("SELECT * FROM trend_verdicts ORDER BY 1").fetchall()
+        states = conn.execute("SELECT * FROM trend_state ORDER BY 1").fetchall()
+    assert len(verdicts) >= 2 and len(states) == 40
+    with Store(db, create=False) as store:
+        new = [(sid, "regression", "[]", 1.0) for sid, *_ in verdicts]
+        with pytest.raises(FabregError, match="UNIQUE"):
+            store.save_trend_verdicts(settings, [*new, new[0]])
+        with pytest.raises(FabregError, match="UNIQUE|datatype|mismatch"):
+            store.save_trend_states([*[(s[0] + 1000, *s[1:]) for s in states], ("x",) * 9])
+        assert store.trend_verdicts(settings) == {sid: tuple(rest) for sid, *rest in verdicts}
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT * FROM trend_state ORDER BY 1").fetchall() == states
