@@ -79,13 +79,14 @@ class State:
                    changes_of(kept) if kept else [])
 
 
+#: How the store keeps no change: most kept rows (a short series' verdict).
+NO_CHANGES = json.dumps([])
+
+
 def changes_text(changes: list[trends.Change]) -> str:
-    """Changes as the store keeps them (``trend_state.kept``, ``trend_verdicts.changes``)."""
-    return json.dumps([dataclasses.asdict(c) for c in changes])
-
-
-#: :func:`changes_text` of no change: most kept rows (a short series' verdict).
-NO_CHANGES = changes_text([])
+    """Changes as the store keeps them (``trend_state.kept``, ``trend_verdicts.changes``);
+    no change written without the encoder (450,000 times a night at 10,000 nodes)."""
+    return json.dumps([dataclasses.asdict(c) for c in changes]) if changes else NO_CHANGES
 
 
 def changes_of(text: str) -> list[trends.Change]:
