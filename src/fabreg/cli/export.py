@@ -10,6 +10,7 @@ from fabreg.cli.since_option import since_time
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
 from fabreg.review import export, isolation_metrics, standing, trends
+from fabreg.review.gc_pause import collector_paused
 from fabreg.review.progress import Progress
 from fabreg.review.store import SeriesData, Store
 from fabreg.review.sweeps import latest_sweeps, newest_values, summarised_links
@@ -58,12 +59,12 @@ def load(db: str | None) -> tuple[list[SeriesData], list[trends.SeriesVerdict], 
     """The series (their newest values), their verdicts, and the newest sweeps' gauges
     (exposition text); the links of a sweep shown per node and round only where their trend
     is wrong (a 10,000-node sweep has 450,000 links)."""
-    with Store(db_path(db), create=False) as store:
+    with Store(db_path(db), create=False) as store, collector_paused():
         now = standing.read(store)
         sweeps = latest_sweeps(newest_values(now.newest), attributes=store.run_attributes)
-    summarised = summarised_links(sweeps)
-    verdicts = [v for v in now.verdicts
-                if v.open_regression or v.suspect or not summarised(v.series)]
+        summarised = summarised_links(sweeps)
+        verdicts = [v for v in now.verdicts
+                    if v.open_regression or v.suspect or not summarised(v.series)]
     return [v.series for v in verdicts], verdicts, isolation_metrics.render(sweeps)
 
 

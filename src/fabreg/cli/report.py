@@ -8,6 +8,7 @@ from pathlib import Path
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
 from fabreg.review import check_verdicts, compare, standing, trends
+from fabreg.review.gc_pause import collector_paused
 from fabreg.review.progress import Progress
 from fabreg.review.store import Store
 from fabreg.review.sweeps import latest_sweeps, newest_values, summarised_links
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     out = output_dir(args.out)
     if args.jobs is not None and args.jobs < 1:
         raise FabregError(f"--jobs {args.jobs}: at least 1")
-    with Store(db_path(args.db), create=False) as store:
+    with Store(db_path(args.db), create=False) as store, collector_paused():
         # what a report shows, read in proportion to it: every series' newest value and
         # verdict, the whole history of those it plots, the two sessions its curves compare
         now = standing.read(store, args.alpha, args.min_shift,

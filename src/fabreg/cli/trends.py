@@ -12,6 +12,7 @@ from fabreg.cli.since_option import since_time
 from fabreg.cli.store_option import add_db_argument, db_path
 from fabreg.errors import FabregError
 from fabreg.review import sweeps, trend_state, trends
+from fabreg.review.gc_pause import collector_paused
 from fabreg.review.progress import Progress
 from fabreg.review.store import Store
 
@@ -61,7 +62,7 @@ def analyse_store(args: argparse.Namespace, quiet: bool = False) -> list[trends.
         raise FabregError(f"--jobs {jobs}: at least 1")
     match = getattr(args, "match", None)
     progress = Progress("trends", 0, enabled=not quiet)
-    with Store(db_path(args.db), create=False) as store:
+    with Store(db_path(args.db), create=False) as store, collector_paused():
         if getattr(args, "incremental", False):
             verdicts = trend_state.analyse(
                 store, alpha=args.alpha, min_shift_pct=args.min_shift,
