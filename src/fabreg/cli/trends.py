@@ -114,8 +114,11 @@ def run(args: argparse.Namespace) -> int:
     counts: dict[str, int] = {}
     for v in verdicts:
         counts[v.verdict] = counts.get(v.verdict, 0) + 1
+    changes_of: dict[int, list[tuple[trends.Change, float]]] = {}  # by id(verdict)
+    for v, c, t in rows:
+        changes_of.setdefault(id(v), []).append((c, t))
     for v in verdicts:
-        changes = [(c, t) for vv, c, t in rows if vv is v]
+        changes = changes_of.get(id(v), [])
         if not changes and not args.all:
             continue
         print(f"{v.verdict.upper():<14} {v.series.key.text()}  "
