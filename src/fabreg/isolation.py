@@ -153,7 +153,7 @@ def localise(values: Iterable[PairValue], metric: str = "bandwidth",
     out = Localisation(metric, level, spread, (1.0 - math.exp(-cut)) * 100.0,
                        measured=len(pairs))
     below = centre - good
-    deficit = _pct(below)
+    deficit = _pcts(below)
     out.pair_deficit = dict(zip(((p.node_a, p.node_b) for p in pairs), deficit.tolist()))
     slow: dict[int, SlowPair] = {}
     for i in np.flatnonzero(below >= cut).tolist():
@@ -167,8 +167,13 @@ def localise(values: Iterable[PairValue], metric: str = "bandwidth",
     return out
 
 
-def _pct(below: np.ndarray) -> np.ndarray:
+def _pct(below: float) -> float:
     """log distance below the level -> percent of the rate lost."""
+    return max(0.0, (1.0 - math.exp(-below)) * 100.0)
+
+
+def _pcts(below: np.ndarray) -> np.ndarray:
+    """:func:`_pct` of every pair at once."""
     return np.maximum(0.0, (1.0 - np.exp(-below)) * 100.0)
 
 
@@ -235,8 +240,7 @@ class _Judge:
 
     def evidence(self, group: list[PairValue]) -> tuple[SlowPair, ...]:
         """The group's pairs at least the floor below the level."""
-        return tuple(SlowPair(p.node_a, p.node_b, p.value,
-                              max(0.0, (1.0 - math.exp(-self.below[id(p)])) * 100.0))
+        return tuple(SlowPair(p.node_a, p.node_b, p.value, _pct(self.below[id(p)]))
                      for p in group if self.below[id(p)] >= self.floor)
 
 
@@ -281,9 +285,9 @@ def _suspects(pairs: list[PairValue], reach: list[PairValue], slow: dict[int, Sl
     links = {link(p.node_a, p.node_b) for p in reach}
     by_link: dict[tuple[str, str], list[PairValue]] = {}
     for p in pairs:
-        if (p.node_a not in explained and p.node_b not in explained
-                and ((p.node_a, p.node_b) in links or (p.node_b, p.node_a) in links)):
-            by_link.setdefault(link(p.node_a, p.node_b), []).append(p)
+        key = link(p.node_a, p.node_b)
+        if key in links and p.node_a not in explained and p.node_b not in explained:
+            by_link.setdefault(key, []).append(p)
     for nodes, mine in sorted(by_link.items()):
         together = judge.group_is_slow(mine)
         if loc.metric in ROUND_TRIP:
