@@ -31,7 +31,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from fabreg.review import sweeps, trends
+from fabreg.review import stable_screen, sweeps, trends
 from fabreg.review.store import SeriesData, SeriesKey, Store, series_order
 
 #: Runs every series' window holds at least (two months of nightlies) ...
@@ -108,11 +108,13 @@ def next_start(changes: list[trends.Change], n: int, window: int, first: int = 0
 
 
 def judge(series: SeriesData, state: State, alpha: float, min_shift_pct: float,
-          window: int) -> tuple[trends.SeriesVerdict, State]:
+          window: int, stable: trends.Prepared | None = None
+          ) -> tuple[trends.SeriesVerdict, State]:
     """One series read from ``state.start`` judged: its verdict (kept changes first), and the
-    state the next run starts from."""
+    state the next run starts from (``stable``: see :func:`fabreg.review.trends.detect`)."""
     ctx = state.context
-    verdict = trends.detect(series, alpha=alpha, min_shift_pct=min_shift_pct, window=ctx)
+    verdict = trends.detect(series, alpha=alpha, min_shift_pct=min_shift_pct, window=ctx,
+                            stable=stable)
     found = verdict.changes
     changes = state.kept + found
     result = trends.SeriesVerdict(series, trends.overall(changes), changes,
@@ -158,11 +160,13 @@ def _judge_range(bounds: tuple[int, int]) -> list[tuple]:
     """A worker's share: (verdict, changes, noise %, row or None) per series in bounds."""
     assert _WORK is not None
     windows, states, alpha, min_shift_pct, window = _WORK
+    share = windows[bounds[0]:bounds[1]]
+    rows = [states.get(series.id) for series in share]
+    before = [State.from_row(row) if row else State() for row in rows]
     out = []
-    for series in windows[bounds[0]:bounds[1]]:
-        row = states.get(series.id)
-        verdict, after = judge(series, State.from_row(row) if row else State(), alpha,
-                               min_shift_pct, window)
+    stable = stable_screen.stable_windows(share, [state.context for state in before], alpha)
+    for series, row, state, prepared in zip(share, rows, before, stable):
+        verdict, after = judge(series, state, alpha, min_shift_pct, window, prepared)
         new = after.row()
         out.append((verdict.verdict, verdict.changes, verdict.noise_pct,
                     new if new != (row or _NO_STATE) else None))

@@ -412,9 +412,14 @@ def overall(changes: list[Change]) -> str:
 
 
 def detect(series: SeriesData, alpha: float = ALPHA, min_run: int = MIN_RUN,
-           min_shift_pct: float = MIN_SHIFT_PCT, window: Window = FULL) -> SeriesVerdict:
+           min_shift_pct: float = MIN_SHIFT_PCT, window: Window = FULL,
+           stable: Prepared | None = None) -> SeriesVerdict:
     """Change points and verdict for one series of the store (``window``: what came before
-    ``series`` when it holds only a window of the series' runs)."""
+    ``series`` when it holds only a window of the series' runs; ``stable``: the series as
+    :func:`fabreg.review.stable_screen.stable_rows` prepared it, having found that the search
+    finds no change in it)."""
+    if stable is not None:
+        return SeriesVerdict(series, STABLE, [], _noise_pct(stable), prepared=stable)
     verdict, changes, prep = _detect(
         np.asarray(series.value, dtype=float), lower_is_better(series.key.perfvar, series.unit),
         alpha, min_run, min_shift_pct, CONFIRM_RUNS, window)
