@@ -184,3 +184,32 @@ def test_a_long_attribute_the_same_every_night_is_stored_once(tmp_path: Path):
         stored = [json.loads(a) for (a,) in conn.execute("SELECT attrs FROM runs")]
     assert len(stored) == 3 and all(a["pair_rounds"].startswith("blob:") for a in stored)
     assert os.path.getsize(tmp_path / "s.db") < 3 * len(rounds)
+
+
+def test_keys_that_share_a_hash_stay_separate_series_night_after_night(tmp_path: Path,
+                                                                       monkeypatch):
+    """Series are found by a 64-bit hash of their key; two keys with one hash (once in
+    2**64, here every key) are told apart by the key itself: each night's values join
+    their own series, none is taken for another or stored as a new one."""
+    monkeypatch.setattr(store_module, "key_hash", lambda text: 7)
+    db = tmp_path / "fabreg.db"
+
+    def night(when: float) -> list[Sample]:
+        out = []
+        for link in ("a", "b", "c"):
+            run = Run(when, "Sweep", {"node_a": link, "node_b": "z"}, "sys", "p", "e",
+                      jobid=str(when))
+            out += [Sample(run, "bandwidth", 100.0 + ord(link), "MB/s"),
+                    Sample(run, "latency", 1.0 + ord(link), "us")]
+        return out
+
+    for when in (1000.0, 2000.0, 3000.0):
+        with Store(db) as store:
+            store.add(night(when))
+    with Store(db, create=False) as store:
+        series = store.load()
+    assert len(series) == 6
+    for one in series:
+        link = dict(one.key.params)["node_a"]
+        expected = (100.0 if one.key.perfvar == "bandwidth" else 1.0) + ord(link)
+        assert list(one.value) == [expected] * 3, (one.key, list(one.value))

@@ -639,22 +639,20 @@ class Store:
         """Stored series ids by key text (``_key_text``), of the keys stored. ``keys``: key
         tuple (test, params, system, partition, environ, perfvar) -> its text;
         ``params_text``: params -> their stored text."""
-        # hash -> (the row's columns as written, the key, its text)
-        wanted = {key_hash(text): ((key[0], key[2], key[3], key[4], key[5],
-                                    params_text[key[1]]), key, text)
-                  for key, text in keys.items()}
+        # hash -> (the row's columns as written, the key, its text) of each key with it
+        wanted: dict[int, list[tuple[tuple, tuple, str]]] = {}
+        for key, text in keys.items():
+            wanted.setdefault(key_hash(text), []).append(
+                ((key[0], key[2], key[3], key[4], key[5], params_text[key[1]]), key, text))
         out: dict[str, int] = {}
         for row in self._series_rows(list(wanted)):
-            found = wanted.get(row[0])
-            if found is None:
-                continue
-            columns, key, text = found
-            # two keys with one hash: told apart by the columns themselves (the
-            # parameters' text as written, else as read)
-            if (row[1:7] == columns
-                    or (row[1:6] == columns[:5]
-                        and tuple(sorted(json.loads(row[6]).items())) == key[1])):
-                out[text] = row[7]
+            # keys with one hash: told apart by the columns themselves (the parameters'
+            # text as written, else as read)
+            for columns, key, text in wanted.get(row[0], ()):
+                if (row[1:7] == columns
+                        or (row[1:6] == columns[:5]
+                            and tuple(sorted(json.loads(row[6]).items())) == key[1])):
+                    out[text] = row[7]
         return out
 
     def _series_rows(self, hashes: list[int]) -> Iterator[tuple]:
