@@ -213,3 +213,31 @@ def test_verdicts_and_states_are_saved_whole_or_not_at_all(tmp_path):
         assert store.trend_verdicts(settings) == {sid: tuple(rest) for sid, *rest in verdicts}
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT * FROM trend_state ORDER BY 1").fetchall() == states
+
+
+def test_windows_read_by_the_processes_that_judge_them_give_what_one_reader_gives(tmp_path):
+    """With several processes each reads and judges a range of series: the verdicts, the
+    windows each verdict holds, and the states kept are those of one process reading all."""
+    data = generate(tmp_path / "logs", sessions=120, partitions=3, transports=("tcp",),
+                    nodes=(2,), shifted=0.5, seed=9)
+    one = tmp_path / "one.db"
+    fabreg("ingest", "-q", str(data.root), db=one, check=True)
+    with Store(one, create=False) as store:
+        trend_state.analyse(store)  # the first run: every series read whole, states kept
+    forked = tmp_path / "forked.db"
+    shutil.copyfile(one, forked)
+
+    def judged(db: Path, jobs: int) -> list[tuple]:
+        seen: list[tuple[int, int]] = []
+        with Store(db, create=False) as store:
+            verdicts = trend_state.analyse(store, jobs=jobs,
+                                           progress=lambda n, total: seen.append((n, total)))
+        assert seen and seen[-1][0] == seen[-1][1] == 120
+        return [(v.series.id, v.verdict, trend_state.changes_text(v.changes), v.noise_pct,
+                 v.before, v.series.time.tolist(), v.series.value.tolist(), v.series.session)
+                for v in verdicts]
+
+    alone = judged(one, 1)
+    assert alone == judged(forked, 3)
+    assert any(v[1] != trends.STABLE for v in alone)
+    assert _states(one) == _states(forked)

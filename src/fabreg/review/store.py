@@ -948,11 +948,7 @@ class Store:
         """Every series with its values from its ``trend_state.start`` on (all of a series
         without one): what ``trends --incremental`` reads, one index range per series (after
         ``trend_states``, which made the table)."""
-        return self._load(
-            "SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM series s "
-            "LEFT JOIN trend_state w ON w.series_id = s.id "
-            "JOIN samples v ON v.series_id = s.id AND v.time >= COALESCE(w.start, -1e308) "
-            "ORDER BY s.id, v.time, v.run_id")
+        return self._load(WINDOWS.format(where=""))
 
     def load_newest(self) -> list[SeriesData]:
         """Every series with its newest value only (of two at that time, the later run's):
@@ -1021,16 +1017,48 @@ class Store:
 
     def _load(self, sql: str, args: Sequence[object] = (), ids: Iterable[int] | None = None,
               newest: bool = False) -> list[SeriesData]:
-        keys = self._series_keys(ids)
-        run_session, run_job, _ = self._runs_sessions()
-        bands = _Bands.read(self)
+        reader = self.reader(ids)
         out: list[SeriesData] = []
         try:
-            out = self._read_all(sql, args, keys, bands, run_session, run_job, newest)
+            for columns in self._batches(sql, args):
+                out += reader.series(columns, newest)
         except sqlite3.Error as err:
             raise self._error(err) from None
         out.sort(key=series_order)
         return out
+
+    def reader(self, ids: Iterable[int] | None = None) -> SeriesReader:
+        """What turns the store's value rows into series (``ids``: of those series only),
+        read once: a process forked after it can read ranges of series with its own
+        connection (:meth:`window_columns`) and make them into series without reading it
+        again."""
+        import numpy as np  # the readers only (see the imports)
+
+        def table(mapping: dict[int, str]) -> np.ndarray:
+            out = np.empty(max(mapping, default=0) + 1, dtype=object)
+            for i, text in mapping.items():
+                out[i] = text
+            return out
+
+        run_session, run_job, _ = self._runs_sessions()
+        bands = _Bands.read(self)
+        return SeriesReader(self._series_keys(ids), bands, table(run_session), table(run_job),
+                            table(bands.result))
+
+    def window_columns(self, first: int, last: int) -> list[np.ndarray]:
+        """The values ``load_windows`` reads of the series with ids ``first`` to ``last``, as
+        columns (series id, time, run id, value, band id): a range of series read by one of
+        several processes (:meth:`SeriesReader.series` makes them series)."""
+        import numpy as np  # the readers only (see the imports)
+
+        try:
+            parts = list(self._batches(WINDOWS.format(where="WHERE s.id BETWEEN ? AND ? "),
+                                       (first, last)))
+        except sqlite3.Error as err:
+            raise self._error(err) from None
+        if not parts:
+            return [np.empty(0, dtype=t) for t in COLUMN_TYPES]
+        return [np.concatenate(c) for c in zip(*parts)] if len(parts) > 1 else parts[0]
 
     def _series_keys(self, ids: Iterable[int] | None = None) -> dict[int, SeriesKey]:
         """Every series' key by id (``ids``: those series' only). SQLite takes a link's node
@@ -1063,23 +1091,13 @@ class Store:
             keys[sid] = SeriesKey(test, pairs, system, part, environ, perfvar)
         return keys
 
-    def _read_all(self, sql: str, args: Sequence[object], keys: dict[int, SeriesKey],
-                  bands: _Bands, run_session: dict[int, str], run_job: dict[int, str],
-                  newest: bool = False) -> list[SeriesData]:
+    def _batches(self, sql: str, args: Sequence[object]) -> Iterator[list[np.ndarray]]:
         """The values ``sql`` selects (series id, time, run id, value, band id; by series and
-        time), a batch of rows at a time turned into columns and cut into series by NumPy
-        (a nightly trends run reads tens of millions of values): memory stays near the size
-        of the arrays. ``newest``: a series' last row only."""
+        time) as columns, a batch of rows at a time turned into columns by NumPy, each batch
+        cut at the end of a series (a nightly trends run reads tens of millions of values):
+        memory stays near the size of the arrays."""
         import numpy as np  # the readers only (see the imports)
 
-        def table(mapping: dict[int, str]) -> np.ndarray:
-            out = np.empty(max(mapping, default=0) + 1, dtype=object)
-            for i, text in mapping.items():
-                out[i] = text
-            return out
-
-        session_of, job_of, result_of = table(run_session), table(run_job), table(bands.result)
-        out: list[SeriesData] = []
         cursor = self.conn.execute(sql, args)
         carried: list[np.ndarray] | None = None  # the rows of a series a batch cut
         # Tens of millions of row tuples, none in a cycle: the collector would walk every
@@ -1089,40 +1107,55 @@ class Store:
                 rows = cursor.fetchmany(50000)
                 if not rows:
                     break
-                sid, time, run, value, band = zip(*rows)
-                columns = [np.array(sid, dtype=np.int64), np.array(time, dtype=float),
-                           np.array(run, dtype=np.int64), np.array(value, dtype=float),
-                           np.array(band, dtype=np.int64)]
+                columns = [np.array(c, dtype=t) for c, t in zip(zip(*rows), COLUMN_TYPES)]
                 if carried is not None:
                     columns = [np.concatenate(pair) for pair in zip(carried, columns)]
                 ids = columns[0]  # by series: every series but the batch's last is whole
                 last = (len(ids) - int(np.argmax(ids[::-1] != ids[-1])) if ids[0] != ids[-1]
                         else 0)
-                out += self._series_of(columns, last, keys, bands, session_of, job_of,
-                                       result_of, newest)
+                if last:
+                    yield [c[:last] for c in columns]
                 carried = [c[last:] for c in columns]
-        if carried is not None:
-            out += self._series_of(carried, len(carried[0]), keys, bands, session_of, job_of,
-                                   result_of, newest)
-        return out
+        if carried is not None and len(carried[0]):
+            yield carried
 
-    @staticmethod
-    def _series_of(columns: list[np.ndarray], end: int, keys: dict[int, SeriesKey],
-                   bands: _Bands, session_of: np.ndarray, job_of: np.ndarray,
-                   result_of: np.ndarray, newest: bool) -> list[SeriesData]:
-        """The whole series among the first ``end`` rows of ``columns`` (series id, time,
-        run id, value, band id)."""
+
+#: The types of the value columns the readers take in (series id, time, run id, value, band).
+COLUMN_TYPES = ("int64", "float64", "int64", "float64", "int64")
+
+#: The values ``trends --incremental`` reads: each series from its ``trend_state.start`` on.
+WINDOWS = ("SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM series s "
+           "LEFT JOIN trend_state w ON w.series_id = s.id "
+           "JOIN samples v ON v.series_id = s.id AND v.time >= COALESCE(w.start, -1e308) "
+           "{where}ORDER BY s.id, v.time, v.run_id")
+
+
+@dataclass
+class SeriesReader:
+    """What makes value columns into series (:meth:`Store.reader`)."""
+
+    keys: dict[int, SeriesKey]
+    bands: _Bands
+    session_of: np.ndarray
+    job_of: np.ndarray
+    result_of: np.ndarray
+
+    def series(self, columns: list[np.ndarray], newest: bool = False) -> list[SeriesData]:
+        """The series of ``columns`` (series id, time, run id, value, band id; each series
+        whole, by series and time); ``newest``: a series' last value only."""
         import numpy as np  # the readers only (see the imports)
 
-        sid, time, run, value, band = (c[:end] for c in columns)
-        if not end:
+        sid, time, run, value, band = columns
+        if not len(sid):
             return []
+        end = len(sid)
         starts = np.flatnonzero(np.concatenate(([True], sid[1:] != sid[:-1])))
         stops = np.append(starts[1:], end)
         if newest:
             starts = stops - 1
+        bands, keys = self.bands, self.keys
         ref, lower, upper = bands.ref[band], bands.lower[band], bands.upper[band]
-        sessions, jobs, results = session_of[run], job_of[run], result_of[band]
+        sessions, jobs, results = self.session_of[run], self.job_of[run], self.result_of[band]
         out = []
         for a, b in zip(starts.tolist(), stops.tolist()):
             out.append(SeriesData(
@@ -1131,6 +1164,7 @@ class Store:
                 upper=upper[a:b], result=results[a:b].tolist(),
                 session=sessions[a:b].tolist(), jobid=jobs[a:b].tolist()))
         return out
+
 
 @dataclass
 class _Bands:

@@ -26,7 +26,7 @@ import gc
 import json
 import multiprocessing
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
@@ -157,10 +157,15 @@ _WORK: tuple[list[SeriesData], dict[int, tuple], float, float, int] | None = Non
 
 
 def _judge_range(bounds: tuple[int, int]) -> list[tuple]:
-    """A worker's share: (verdict, changes, noise %, row or None) per series in bounds."""
+    """A worker's share of the windows read before the fork: :func:`_judge_windows`."""
     assert _WORK is not None
     windows, states, alpha, min_shift_pct, window = _WORK
-    share = windows[bounds[0]:bounds[1]]
+    return _judge_windows(windows[bounds[0]:bounds[1]], states, alpha, min_shift_pct, window)
+
+
+def _judge_windows(share: list[SeriesData], states: dict[int, tuple], alpha: float,
+                   min_shift_pct: float, window: int) -> list[tuple]:
+    """(verdict, changes, noise %, row or None) per series of ``share``."""
     rows = [states.get(series.id) for series in share]
     before = [State.from_row(row) if row else State() for row in rows]
     out = []
@@ -191,24 +196,13 @@ def analyse(store: Store, alpha: float = trends.ALPHA,
     as the next run will read it."""
     made_with = settings(alpha, min_shift_pct, window)
     states = store.trend_states(made_with, reading=not save)
-    if states:
-        parts: Iterable[list[SeriesData]] = [store.load_windows()]
-        total = 0  # the windows read
-    else:  # a first run reads every series whole: a batch of them at a time
-        ids = store.series_ids()
-        parts = (store.load(ids=ids[i:i + FIRST_BATCH])
-                 for i in range(0, len(ids), FIRST_BATCH))
-        total = len(ids)
     out, saved, every = [], [], True
     keys: list[tuple[int, SeriesKey]] = []  # of every series read, kept or not: its family
-    for loaded in parts:
-        windows = [s for s in loaded if keep(s)]
+    for loaded, windows, results in _judged(store, states, keep, alpha, min_shift_pct, window,
+                                            jobs, progress):
         every = every and len(windows) == len(loaded)
         keys += [(s.id, s.key) for s in loaded]
-        total = total or len(windows)
         del loaded
-        results = _judge_all(windows, states, alpha, min_shift_pct, window, jobs,
-                             _counted(progress, len(out), total))
         for series, (verdict, changes, noise, row) in zip(windows, results):
             before = states[series.id][1] if series.id in states else 0
             judged = trends.SeriesVerdict(series, verdict, changes, noise, before)
@@ -218,8 +212,7 @@ def analyse(store: Store, alpha: float = trends.ALPHA,
                     judged = _from(judged, State.from_row(row))
             out.append(judged)
         del windows, results  # the batch read whole goes before the next is read
-    if not states:  # each batch was in the loads' order
-        out.sort(key=lambda v: series_order(v.series))
+    out.sort(key=lambda v: series_order(v.series))  # the parts came by series id
     # the states keep each series' own verdicts; its family's bar is applied on every read
     trends.family_wise(out, sweeps.link_families(keys), alpha)
     if save:
@@ -227,6 +220,91 @@ def analyse(store: Store, alpha: float = trends.ALPHA,
         if every:
             store.save_trend_verdicts(made_with, verdict_rows(out))
     return out
+
+
+def _judged(store: Store, states: dict[int, tuple], keep: Callable[[SeriesData], bool],
+            alpha: float, min_shift_pct: float, window: int, jobs: int | None,
+            progress: Callable[[int, int], None] | None
+            ) -> Iterator[tuple[list[SeriesData], list[SeriesData], list[tuple]]]:
+    """(the series read, those ``keep`` chooses, what :func:`_judge_windows` says of each)
+    a part of the store at a time."""
+    ids = store.series_ids()
+    if not states:  # a first run reads every series whole: a batch of them at a time
+        for i in range(0, len(ids), FIRST_BATCH):
+            loaded = store.load(ids=ids[i:i + FIRST_BATCH])
+            windows = [s for s in loaded if keep(s)]
+            yield loaded, windows, _judge_all(windows, states, alpha, min_shift_pct, window,
+                                              jobs, _counted(progress, i, len(ids)))
+        return
+    jobs = _jobs(jobs, len(ids))
+    if jobs > 1:  # the windows read by the processes that judge them
+        yield from _read_and_judge(store, ids, states, keep, alpha, min_shift_pct, window,
+                                   jobs, progress)
+        return
+    loaded = store.load_windows()
+    windows = [s for s in loaded if keep(s)]
+    yield loaded, windows, _judge_all(windows, states, alpha, min_shift_pct, window, 1,
+                                      _counted(progress, 0, len(windows)))
+
+
+def _jobs(jobs: int | None, series: int) -> int:
+    """The processes that judge ``series`` series: ``jobs``, by default one per CPU from
+    ``PARALLEL_FROM`` series."""
+    if jobs is None:
+        return (os.cpu_count() or 1) if series >= PARALLEL_FROM else 1
+    return jobs
+
+
+#: What the processes of :func:`_read_and_judge` read and judge with (set before the fork):
+#: the store's path, its reader, the states, keep, alpha, min_shift_pct, window.
+_READ: tuple | None = None
+#: Such a process's own connection to the store (a connection does not cross a fork).
+_READ_STORE: Store | None = None
+
+
+def _open_store() -> None:
+    global _READ_STORE
+    assert _READ is not None
+    _READ_STORE = Store(_READ[0], create=False)
+
+
+def _read_and_judge_range(bounds: tuple[int, int]) -> tuple[list[np.ndarray], list[tuple]]:
+    """The windows of the series with ids in ``bounds`` (as value columns) and what
+    :func:`_judge_windows` says of those ``keep`` chooses."""
+    assert _READ is not None and _READ_STORE is not None
+    _, reader, states, keep, alpha, min_shift_pct, window = _READ
+    columns = _READ_STORE.window_columns(*bounds)
+    windows = [s for s in reader.series(columns) if keep(s)]
+    return columns, _judge_windows(windows, states, alpha, min_shift_pct, window)
+
+
+def _read_and_judge(store: Store, ids: list[int], states: dict[int, tuple],
+                    keep: Callable[[SeriesData], bool], alpha: float, min_shift_pct: float,
+                    window: int, jobs: int, progress: Callable[[int, int], None] | None
+                    ) -> Iterator[tuple[list[SeriesData], list[SeriesData], list[tuple]]]:
+    """:func:`_judged` by ``jobs`` processes that each read a range of series and judge it:
+    reading tens of millions of values is most of a nightly run at 10,000 nodes, and one
+    process reading them left the others waiting. They send back the values they read as
+    columns, which this process makes into its series without reading them again."""
+    global _READ
+    reader = store.reader()  # before the fork: the processes inherit it
+    chunk = max(1, min(5000, len(ids) // (jobs * 4)))
+    ranges = [(ids[i], ids[min(i + chunk, len(ids)) - 1]) for i in range(0, len(ids), chunk)]
+    _READ = (store.path, reader, states, keep, alpha, min_shift_pct, window)
+    done = 0
+    gc.freeze()  # as in _judge_all: what the processes inherit is left unwritten
+    try:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(jobs, mp_context=context, initializer=_open_store) as pool:
+            for columns, results in pool.map(_read_and_judge_range, ranges):
+                loaded = reader.series(columns)
+                done += len(loaded)
+                if progress is not None:
+                    progress(done, len(ids))
+                yield loaded, [s for s in loaded if keep(s)], results
+    finally:
+        _READ = None
+        gc.unfreeze()
 
 
 def _counted(progress: Callable[[int, int], None] | None, done: int, total: int
@@ -255,8 +333,7 @@ def _judge_all(windows: list[SeriesData], states: dict[int, tuple], alpha: float
                progress: Callable[[int, int], None] | None) -> list[tuple]:
     """What :func:`_judge_range` says of each of ``windows``, by ``jobs`` processes."""
     global _WORK
-    if jobs is None:
-        jobs = (os.cpu_count() or 1) if len(windows) >= PARALLEL_FROM else 1
+    jobs = _jobs(jobs, len(windows))
     chunk = max(1, min(5000, len(windows) // max(1, jobs * 4) or 1))
     bounds = [(i, min(i + chunk, len(windows))) for i in range(0, len(windows), chunk)]
     _WORK = (windows, states, alpha, min_shift_pct, window)
