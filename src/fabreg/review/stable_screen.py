@@ -28,6 +28,8 @@ from fabreg.review.store import SeriesData
 #: Windows of one length screened together from this many: below it, a block costs about
 #: what the windows cost one at a time.
 SCREEN_FROM = 8
+#: ... and at most this many at once: the rolling median holds seven values a run of each.
+SCREEN_AT_MOST = 5000
 
 
 def _row_medians(x: np.ndarray) -> np.ndarray:
@@ -124,8 +126,10 @@ def stable_windows(series: Sequence[SeriesData], windows: Sequence[trends.Window
     for members in blocks.values():
         if len(members) < SCREEN_FROM:
             continue
-        values = np.stack([np.asarray(series[i].value, dtype=float) for i in members])
-        found = stable_rows(values, [windows[i] for i in members], alpha)
-        for i, prepared in zip(members, found):
-            out[i] = prepared
+        for start in range(0, len(members), SCREEN_AT_MOST):  # memory: a block's windows
+            part = members[start:start + SCREEN_AT_MOST]
+            values = np.stack([np.asarray(series[i].value, dtype=float) for i in part])
+            for i, prepared in zip(part, stable_rows(values, [windows[i] for i in part],
+                                                     alpha)):
+                out[i] = prepared
     return out

@@ -1045,15 +1045,16 @@ class Store:
         return SeriesReader(self._series_keys(ids), bands, table(run_session), table(run_job),
                             table(bands.result))
 
-    def window_columns(self, first: int, last: int) -> list[np.ndarray]:
-        """The values ``load_windows`` reads of the series with ids ``first`` to ``last``, as
-        columns (series id, time, run id, value, band id): a range of series read by one of
-        several processes (:meth:`SeriesReader.series` makes them series)."""
+    def window_columns(self, first: int, last: int, whole: bool = False) -> list[np.ndarray]:
+        """The values ``load_windows`` reads of the series with ids ``first`` to ``last``
+        (``whole``: all their values), as columns (series id, time, run id, value, band id):
+        a range of series read by one of several processes (:meth:`SeriesReader.series` makes
+        them series)."""
         import numpy as np  # the readers only (see the imports)
 
+        sql = HISTORIES if whole else WINDOWS.format(where="WHERE s.id BETWEEN ? AND ? ")
         try:
-            parts = list(self._batches(WINDOWS.format(where="WHERE s.id BETWEEN ? AND ? "),
-                                       (first, last)))
+            parts = list(self._batches(sql, (first, last)))
         except sqlite3.Error as err:
             raise self._error(err) from None
         if not parts:
@@ -1128,6 +1129,10 @@ WINDOWS = ("SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM series
            "LEFT JOIN trend_state w ON w.series_id = s.id "
            "JOIN samples v ON v.series_id = s.id AND v.time >= COALESCE(w.start, -1e308) "
            "{where}ORDER BY s.id, v.time, v.run_id")
+
+#: Every value of the series with ids in a range (``Store.window_columns``).
+HISTORIES = ("SELECT series_id, time, run_id, value, band_id FROM samples "
+             "WHERE series_id BETWEEN ? AND ? ORDER BY series_id, time, run_id")
 
 
 @dataclass

@@ -229,17 +229,18 @@ def _judged(store: Store, states: dict[int, tuple], keep: Callable[[SeriesData],
     """(the series read, those ``keep`` chooses, what :func:`_judge_windows` says of each)
     a part of the store at a time."""
     ids = store.series_ids()
+    jobs = _jobs(jobs, len(ids))
+    if jobs > 1:  # the windows (a first run: the whole series) read by the processes that
+        # judge them
+        yield from _read_and_judge(store, ids, states, keep, alpha, min_shift_pct, window,
+                                   jobs, progress)
+        return
     if not states:  # a first run reads every series whole: a batch of them at a time
         for i in range(0, len(ids), FIRST_BATCH):
             loaded = store.load(ids=ids[i:i + FIRST_BATCH])
             windows = [s for s in loaded if keep(s)]
             yield loaded, windows, _judge_all(windows, states, alpha, min_shift_pct, window,
-                                              jobs, _counted(progress, i, len(ids)))
-        return
-    jobs = _jobs(jobs, len(ids))
-    if jobs > 1:  # the windows read by the processes that judge them
-        yield from _read_and_judge(store, ids, states, keep, alpha, min_shift_pct, window,
-                                   jobs, progress)
+                                              1, _counted(progress, i, len(ids)))
         return
     loaded = store.load_windows()
     windows = [s for s in loaded if keep(s)]
@@ -273,7 +274,7 @@ def _read_and_judge_range(bounds: tuple[int, int]) -> tuple[list[np.ndarray], li
     :func:`_judge_windows` says of those ``keep`` chooses."""
     assert _READ is not None and _READ_STORE is not None
     _, reader, states, keep, alpha, min_shift_pct, window = _READ
-    columns = _READ_STORE.window_columns(*bounds)
+    columns = _READ_STORE.window_columns(*bounds, whole=not states)
     windows = [s for s in reader.series(columns) if keep(s)]
     return columns, _judge_windows(windows, states, alpha, min_shift_pct, window)
 
@@ -282,13 +283,14 @@ def _read_and_judge(store: Store, ids: list[int], states: dict[int, tuple],
                     keep: Callable[[SeriesData], bool], alpha: float, min_shift_pct: float,
                     window: int, jobs: int, progress: Callable[[int, int], None] | None
                     ) -> Iterator[tuple[list[SeriesData], list[SeriesData], list[tuple]]]:
-    """:func:`_judged` by ``jobs`` processes that each read a range of series and judge it:
-    reading tens of millions of values is most of a nightly run at 10,000 nodes, and one
-    process reading them left the others waiting. They send back the values they read as
-    columns, which this process makes into its series without reading them again."""
+    """:func:`_judged` by ``jobs`` processes that each read a range of series (their windows;
+    without states, their whole history) and judge it: reading tens of millions of values is
+    most of a nightly run at 10,000 nodes, and one process reading them left the others
+    waiting. They send back the values they read as columns, which this process makes into
+    its series without reading them again."""
     global _READ
     reader = store.reader()  # before the fork: the processes inherit it
-    chunk = max(1, min(5000, len(ids) // (jobs * 4)))
+    chunk = max(1, min(FIRST_BATCH, len(ids) // (jobs * 4)))
     ranges = [(ids[i], ids[min(i + chunk, len(ids)) - 1]) for i in range(0, len(ids), chunk)]
     _READ = (store.path, reader, states, keep, alpha, min_shift_pct, window)
     done = 0
