@@ -152,16 +152,6 @@ PARALLEL_FROM = 20000
 #: The row of a series that has no state yet (``State()``): nothing to write.
 _NO_STATE = State().row()
 
-#: The windows and states a forked worker judges (set before the pool forks).
-_WORK: tuple[list[SeriesData], dict[int, tuple], float, float, int] | None = None
-
-
-def _judge_range(bounds: tuple[int, int]) -> list[tuple]:
-    """A worker's share of the windows read before the fork: :func:`_judge_windows`."""
-    assert _WORK is not None
-    windows, states, alpha, min_shift_pct, window = _WORK
-    return _judge_windows(windows[bounds[0]:bounds[1]], states, alpha, min_shift_pct, window)
-
 
 def _judge_windows(share: list[SeriesData], states: dict[int, tuple], alpha: float,
                    min_shift_pct: float, window: int) -> list[tuple]:
@@ -240,11 +230,11 @@ def _judged(store: Store, states: dict[int, tuple], keep: Callable[[SeriesData],
             loaded = store.load(ids=ids[i:i + FIRST_BATCH])
             windows = [s for s in loaded if keep(s)]
             yield loaded, windows, _judge_all(windows, states, alpha, min_shift_pct, window,
-                                              1, _counted(progress, i, len(ids)))
+                                              _counted(progress, i, len(ids)))
         return
     loaded = store.load_windows()
     windows = [s for s in loaded if keep(s)]
-    yield loaded, windows, _judge_all(windows, states, alpha, min_shift_pct, window, 1,
+    yield loaded, windows, _judge_all(windows, states, alpha, min_shift_pct, window,
                                       _counted(progress, 0, len(windows)))
 
 
@@ -294,7 +284,9 @@ def _read_and_judge(store: Store, ids: list[int], states: dict[int, tuple],
     ranges = [(ids[i], ids[min(i + chunk, len(ids)) - 1]) for i in range(0, len(ids), chunk)]
     _READ = (store.path, reader, states, keep, alpha, min_shift_pct, window)
     done = 0
-    gc.freeze()  # as in _judge_all: what the processes inherit is left unwritten
+    # The series read so far are never freed while judging: kept out of the collector's
+    # walks, in this process and in the forked ones (whose pages they then leave unwritten).
+    gc.freeze()
     try:
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(jobs, mp_context=context, initializer=_open_store) as pool:
@@ -331,26 +323,17 @@ def _from(verdict: trends.SeriesVerdict, state: State) -> trends.SeriesVerdict:
 
 
 def _judge_all(windows: list[SeriesData], states: dict[int, tuple], alpha: float,
-               min_shift_pct: float, window: int, jobs: int | None,
+               min_shift_pct: float, window: int,
                progress: Callable[[int, int], None] | None) -> list[tuple]:
-    """What :func:`_judge_range` says of each of ``windows``, by ``jobs`` processes."""
-    global _WORK
-    jobs = _jobs(jobs, len(windows))
-    chunk = max(1, min(5000, len(windows) // max(1, jobs * 4) or 1))
-    bounds = [(i, min(i + chunk, len(windows))) for i in range(0, len(windows), chunk)]
-    _WORK = (windows, states, alpha, min_shift_pct, window)
-    # The windows read are never freed while judging: kept out of the collector's walks,
-    # in this process and in the forked workers (whose pages they then leave unwritten).
-    gc.freeze()
-    try:
-        if jobs > 1 and len(bounds) > 1:
-            context = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(jobs, mp_context=context) as pool:
-                return _gather(pool.map(_judge_range, bounds), len(windows), progress)
-        return _gather(map(_judge_range, bounds), len(windows), progress)
-    finally:
-        _WORK = None
-        gc.unfreeze()
+    """What :func:`_judge_windows` says of each of ``windows``, judged here a part at a time
+    (each part's windows screened together)."""
+    results: list[tuple] = []
+    for i in range(0, len(windows), FIRST_BATCH):
+        results += _judge_windows(windows[i:i + FIRST_BATCH], states, alpha, min_shift_pct,
+                                  window)
+        if progress is not None:
+            progress(len(results), len(windows))
+    return results
 
 
 def verdict_rows(verdicts: list[trends.SeriesVerdict]) -> list[tuple[int, str, str, float]]:
@@ -385,12 +368,3 @@ def placed(verdict: trends.SeriesVerdict, series: SeriesData | None = None
         changes.append(dataclasses.replace(
             c, index=at if at < len(times) and times[at] == c.time else -1))
     return dataclasses.replace(verdict, series=series, changes=changes, before=0)
-
-
-def _gather(parts, total: int, progress: Callable[[int, int], None] | None) -> list[tuple]:
-    results: list[tuple] = []
-    for part in parts:
-        results += part
-        if progress is not None:
-            progress(len(results), total)
-    return results
