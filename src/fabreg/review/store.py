@@ -928,7 +928,7 @@ class Store:
         if ids is None and since is None and until is None:
             return self._load("SELECT series_id, time, run_id, value, band_id FROM samples "
                               "ORDER BY series_id, time, run_id")
-        # one index range per series (as load_windows), never a scan of every value
+        # one index range per series (as window_columns), never a scan of every value
         args: list[object] = [-math.inf if since is None else since,
                               math.inf if until is None else until]
         where = ""
@@ -943,12 +943,6 @@ class Store:
     def series_ids(self) -> list[int]:
         """Every series' id, ascending."""
         return [row[0] for row in self._query("SELECT id FROM series ORDER BY id")]
-
-    def load_windows(self) -> list[SeriesData]:
-        """Every series with its values from its ``trend_state.start`` on (all of a series
-        without one): what ``trends --incremental`` reads, one index range per series (after
-        ``trend_states``, which made the table)."""
-        return self._load(WINDOWS.format(where=""))
 
     def load_newest(self) -> list[SeriesData]:
         """Every series with its newest value only (of two at that time, the later run's):
@@ -1046,13 +1040,13 @@ class Store:
                             table(bands.result))
 
     def window_columns(self, first: int, last: int, whole: bool = False) -> list[np.ndarray]:
-        """The values ``load_windows`` reads of the series with ids ``first`` to ``last``
-        (``whole``: all their values), as columns (series id, time, run id, value, band id):
-        a range of series read by one of several processes (:meth:`SeriesReader.series` makes
-        them series)."""
+        """The values ``trends --incremental`` reads of the series with ids ``first`` to
+        ``last``, each from its ``trend_state.start`` on (``whole``: all their values), as
+        columns (series id, time, run id, value, band id): a range of series, read by one of
+        several processes (:meth:`SeriesReader.series` makes them series)."""
         import numpy as np  # the readers only (see the imports)
 
-        sql = HISTORIES if whole else WINDOWS.format(where="WHERE s.id BETWEEN ? AND ? ")
+        sql = HISTORIES if whole else WINDOWS
         try:
             parts = list(self._batches(sql, (first, last)))
         except sqlite3.Error as err:
@@ -1128,7 +1122,7 @@ COLUMN_TYPES = ("int64", "float64", "int64", "float64", "int64")
 WINDOWS = ("SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM series s "
            "LEFT JOIN trend_state w ON w.series_id = s.id "
            "JOIN samples v ON v.series_id = s.id AND v.time >= COALESCE(w.start, -1e308) "
-           "{where}ORDER BY s.id, v.time, v.run_id")
+           "WHERE s.id BETWEEN ? AND ? ORDER BY s.id, v.time, v.run_id")
 
 #: Every value of the series with ids in a range (``Store.window_columns``).
 HISTORIES = ("SELECT series_id, time, run_id, value, band_id FROM samples "

@@ -21,6 +21,7 @@ the two agree.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import json
@@ -217,25 +218,42 @@ def _judged(store: Store, states: dict[int, tuple], keep: Callable[[SeriesData],
             progress: Callable[[int, int], None] | None
             ) -> Iterator[tuple[list[SeriesData], list[SeriesData], list[tuple]]]:
     """(the series read, those ``keep`` chooses, what :func:`_judge_windows` says of each)
-    a part of the store at a time."""
+    a range of series at a time: their windows, or without states their whole history,
+    read and judged here or by ``jobs`` processes that each read what they judge (reading
+    tens of millions of values is most of a nightly run at 10,000 nodes, and one process
+    reading them left the others waiting). The processes send back the values they read as
+    columns, which this process makes into its series without reading them again."""
+    global _READ, _READ_STORE
     ids = store.series_ids()
     jobs = _jobs(jobs, len(ids))
-    if jobs > 1:  # the windows (a first run: the whole series) read by the processes that
-        # judge them
-        yield from _read_and_judge(store, ids, states, keep, alpha, min_shift_pct, window,
-                                   jobs, progress)
-        return
-    if not states:  # a first run reads every series whole: a batch of them at a time
-        for i in range(0, len(ids), FIRST_BATCH):
-            loaded = store.load(ids=ids[i:i + FIRST_BATCH])
-            windows = [s for s in loaded if keep(s)]
-            yield loaded, windows, _judge_all(windows, states, alpha, min_shift_pct, window,
-                                              _counted(progress, i, len(ids)))
-        return
-    loaded = store.load_windows()
-    windows = [s for s in loaded if keep(s)]
-    yield loaded, windows, _judge_all(windows, states, alpha, min_shift_pct, window,
-                                      _counted(progress, 0, len(windows)))
+    reader = store.reader()  # before any fork: the processes inherit it
+    chunk = FIRST_BATCH if jobs == 1 else max(1, min(FIRST_BATCH, len(ids) // (jobs * 4)))
+    ranges = [(ids[i], ids[min(i + chunk, len(ids)) - 1]) for i in range(0, len(ids), chunk)]
+    _READ = (store.path, reader, states, keep, alpha, min_shift_pct, window)
+    done = 0
+    # The series read so far are never freed while judging: kept out of the collector's
+    # walks, in this process and in the forked ones (whose pages they then leave unwritten).
+    gc.freeze()
+    try:
+        with contextlib.ExitStack() as stack:
+            if jobs > 1:
+                pool = stack.enter_context(ProcessPoolExecutor(
+                    jobs, mp_context=multiprocessing.get_context("fork"),
+                    initializer=_open_store))
+                parts: Iterator[tuple[list[SeriesData], list[tuple]]] = (
+                    (reader.series(columns), results)
+                    for columns, results in pool.map(_read_and_judge_range, ranges))
+            else:
+                _READ_STORE = store
+                parts = ((loaded, results) for _, loaded, results in map(_read_judged, ranges))
+            for loaded, results in parts:
+                done += len(loaded)
+                if progress is not None:
+                    progress(done, len(ids))
+                yield loaded, [s for s in loaded if keep(s)], results
+    finally:
+        _READ = _READ_STORE = None
+        gc.unfreeze()
 
 
 def _jobs(jobs: int | None, series: int) -> int:
@@ -246,10 +264,11 @@ def _jobs(jobs: int | None, series: int) -> int:
     return jobs
 
 
-#: What the processes of :func:`_read_and_judge` read and judge with (set before the fork):
-#: the store's path, its reader, the states, keep, alpha, min_shift_pct, window.
+#: What :func:`_judged` reads and judges with (set before the processes fork): the store's
+#: path, its reader, the states, keep, alpha, min_shift_pct, window.
 _READ: tuple | None = None
-#: Such a process's own connection to the store (a connection does not cross a fork).
+#: The store ranges are read from: a forked process's own connection (a connection does not
+#: cross a fork), else the caller's.
 _READ_STORE: Store | None = None
 
 
@@ -259,54 +278,23 @@ def _open_store() -> None:
     _READ_STORE = Store(_READ[0], create=False)
 
 
-def _read_and_judge_range(bounds: tuple[int, int]) -> tuple[list[np.ndarray], list[tuple]]:
-    """The windows of the series with ids in ``bounds`` (as value columns) and what
+def _read_judged(bounds: tuple[int, int]
+                 ) -> tuple[list[np.ndarray], list[SeriesData], list[tuple]]:
+    """The series with ids in ``bounds`` read (as value columns and as series) and what
     :func:`_judge_windows` says of those ``keep`` chooses."""
     assert _READ is not None and _READ_STORE is not None
     _, reader, states, keep, alpha, min_shift_pct, window = _READ
     columns = _READ_STORE.window_columns(*bounds, whole=not states)
-    windows = [s for s in reader.series(columns) if keep(s)]
-    return columns, _judge_windows(windows, states, alpha, min_shift_pct, window)
+    loaded = reader.series(columns)
+    return columns, loaded, _judge_windows([s for s in loaded if keep(s)], states, alpha,
+                                           min_shift_pct, window)
 
 
-def _read_and_judge(store: Store, ids: list[int], states: dict[int, tuple],
-                    keep: Callable[[SeriesData], bool], alpha: float, min_shift_pct: float,
-                    window: int, jobs: int, progress: Callable[[int, int], None] | None
-                    ) -> Iterator[tuple[list[SeriesData], list[SeriesData], list[tuple]]]:
-    """:func:`_judged` by ``jobs`` processes that each read a range of series (their windows;
-    without states, their whole history) and judge it: reading tens of millions of values is
-    most of a nightly run at 10,000 nodes, and one process reading them left the others
-    waiting. They send back the values they read as columns, which this process makes into
-    its series without reading them again."""
-    global _READ
-    reader = store.reader()  # before the fork: the processes inherit it
-    chunk = max(1, min(FIRST_BATCH, len(ids) // (jobs * 4)))
-    ranges = [(ids[i], ids[min(i + chunk, len(ids)) - 1]) for i in range(0, len(ids), chunk)]
-    _READ = (store.path, reader, states, keep, alpha, min_shift_pct, window)
-    done = 0
-    # The series read so far are never freed while judging: kept out of the collector's
-    # walks, in this process and in the forked ones (whose pages they then leave unwritten).
-    gc.freeze()
-    try:
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(jobs, mp_context=context, initializer=_open_store) as pool:
-            for columns, results in pool.map(_read_and_judge_range, ranges):
-                loaded = reader.series(columns)
-                done += len(loaded)
-                if progress is not None:
-                    progress(done, len(ids))
-                yield loaded, [s for s in loaded if keep(s)], results
-    finally:
-        _READ = None
-        gc.unfreeze()
-
-
-def _counted(progress: Callable[[int, int], None] | None, done: int, total: int
-             ) -> Callable[[int, int], None] | None:
-    """``progress`` of a batch: the series judged before it counted in."""
-    if progress is None:
-        return None
-    return lambda n, _: progress(done + n, total)
+def _read_and_judge_range(bounds: tuple[int, int]) -> tuple[list[np.ndarray], list[tuple]]:
+    """:func:`_read_judged` in a forked process: the values go back as columns, which cost
+    little to send; the caller makes them into series."""
+    columns, _, results = _read_judged(bounds)
+    return columns, results
 
 
 def _from(verdict: trends.SeriesVerdict, state: State) -> trends.SeriesVerdict:
@@ -320,20 +308,6 @@ def _from(verdict: trends.SeriesVerdict, state: State) -> trends.SeriesVerdict:
         upper=series.upper[first:].copy(), result=series.result[first:],
         session=series.session[first:], jobid=series.jobid[first:])
     return dataclasses.replace(placed(verdict, window), before=verdict.before + first)
-
-
-def _judge_all(windows: list[SeriesData], states: dict[int, tuple], alpha: float,
-               min_shift_pct: float, window: int,
-               progress: Callable[[int, int], None] | None) -> list[tuple]:
-    """What :func:`_judge_windows` says of each of ``windows``, judged here a part at a time
-    (each part's windows screened together)."""
-    results: list[tuple] = []
-    for i in range(0, len(windows), FIRST_BATCH):
-        results += _judge_windows(windows[i:i + FIRST_BATCH], states, alpha, min_shift_pct,
-                                  window)
-        if progress is not None:
-            progress(len(results), len(windows))
-    return results
 
 
 def verdict_rows(verdicts: list[trends.SeriesVerdict]) -> list[tuple[int, str, str, float]]:
