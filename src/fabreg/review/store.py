@@ -16,7 +16,6 @@ or duplicating values.
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import json
 import json.encoder
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING
 from fabreg.errors import FabregError
 from fabreg.review.filemarks import FileMark
 from fabreg.review.gc_pause import collector_paused
+from fabreg.review.link_params import ParamsReader
 from fabreg.review.perflog import Run, RunLink, Sample, Session
 
 if TYPE_CHECKING:  # numpy is imported by the readers that build arrays: `fabreg ingest`
@@ -970,33 +970,33 @@ class Store:
     def newest_link_values(self) -> list[LinkValue]:
         """Every per-link series (a sweep's pairs and host controls: ``node_a``/``node_b``
         parameters) with its newest value only: what ``fabreg isolate`` judges, read in
-        proportion to the links, not to their history (one index seek per series; SQLite
-        takes the node names out of the parameters: a 10,000-node sweep has 450,000 links
-        and a handful of distinct other parameters)."""
-        sql = ("SELECT s.id, s.test, s.system, s.partition, s.environ, s.perfvar, "
-               "json_remove(s.params, '$.node_a', '$.node_b'), "
-               "json_extract(s.params, '$.node_a'), json_extract(s.params, '$.node_b'), "
+        proportion to the links, not to their history (one index seek per series; a
+        10,000-node sweep has 450,000 links and a handful of distinct other parameters,
+        each parsed once: :mod:`fabreg.review.link_params`)."""
+        sql = ("SELECT s.id, s.test, s.system, s.partition, s.environ, s.perfvar, s.params, "
                "v.time, r.jobid, v.value FROM series s CROSS JOIN samples v "
                "ON v.series_id = s.id "
                "AND v.time = (SELECT MAX(m.time) FROM samples m WHERE m.series_id = s.id) "
-               "JOIN runs r ON r.id = v.run_id "
-               "WHERE json_extract(s.params, '$.node_a') IS NOT NULL "
-               "AND json_extract(s.params, '$.node_b') IS NOT NULL ORDER BY s.id, v.run_id")
+               "JOIN runs r ON r.id = v.run_id ORDER BY s.id, v.run_id")
+        reader = ParamsReader()
         with collector_paused():
             newest: dict[int, tuple] = {}
             for sid, *row in self._query(sql):
                 newest[sid] = row  # of two values at the same time, the later run's (as load)
             # a sweep's links share a handful of keys: each made once
-            keys: dict[tuple[str, ...], SeriesKey] = {}
+            keys: dict[tuple, SeriesKey] = {}
             out = []
-            for test, system, part, env, perfvar, params, a, b, when, jobid, value in (
+            for test, system, part, env, perfvar, params, when, jobid, value in (
                     newest.values()):
-                shared = (test, system, part, env, perfvar, params)
+                link = reader.link(params)
+                if link is None:
+                    continue
+                rest, a, b = link
+                shared = (test, system, part, env, perfvar, rest)
                 key = keys.get(shared)
                 if key is None:
-                    key = keys[shared] = SeriesKey(test, tuple(sorted(json.loads(
-                        params).items())), system, part, env, perfvar)
-                out.append(LinkValue(key, str(a), str(b), when, jobid or "", value))
+                    key = keys[shared] = SeriesKey(test, rest, system, part, env, perfvar)
+                out.append(LinkValue(key, a, b, when, jobid or "", value))
         return out
 
     def _runs_sessions(self) -> tuple[dict[int, str], dict[int, str], dict[int, float]]:
@@ -1056,35 +1056,18 @@ class Store:
         return [np.concatenate(c) for c in zip(*parts)] if len(parts) > 1 else parts[0]
 
     def _series_keys(self, ids: Iterable[int] | None = None) -> dict[int, SeriesKey]:
-        """Every series' key by id (``ids``: those series' only). SQLite takes a link's node
-        names out of its parameters, so the rest (shared by every link of a sweep) is parsed
-        once, not once a link."""
+        """Every series' key by id (``ids``: those series' only); a sweep's links' shared
+        parameters parsed once, not once a link (:mod:`fabreg.review.link_params`)."""
         where, args = "", []
         if ids is not None:
             where, args = " WHERE id IN (SELECT value FROM json_each(?))", [json.dumps(
                 sorted(set(ids)))]
-        # the parameters but the node names, sorted, and where node_a and node_b go in them
-        rest: dict[str, tuple[tuple[tuple[str, str], ...], int, int]] = {}
-        keys = {}
-        for sid, test, system, part, environ, perfvar, params, kind_a, a, kind_b, b in (
-                self._query(
-                    "SELECT id, test, system, partition, environ, perfvar, "
-                    "json_remove(params, '$.node_a', '$.node_b'), "
-                    "json_type(params, '$.node_a'), json_extract(params, '$.node_a'), "
-                    "json_type(params, '$.node_b'), json_extract(params, '$.node_b') "
-                    "FROM series" + where, args)):
-            if params not in rest:
-                pairs = tuple(sorted(json.loads(params).items()))
-                names = [k for k, _ in pairs]
-                rest[params] = (pairs, bisect.bisect(names, "node_a"),
-                                bisect.bisect(names, "node_b"))
-            pairs, at_a, at_b = rest[params]
-            if kind_a is not None or kind_b is not None:
-                pairs = (*pairs[:at_a], *((("node_a", a),) if kind_a is not None else ()),
-                         *pairs[at_a:at_b], *((("node_b", b),) if kind_b is not None else ()),
-                         *pairs[at_b:])
-            keys[sid] = SeriesKey(test, pairs, system, part, environ, perfvar)
-        return keys
+        reader = ParamsReader()
+        with collector_paused():
+            return {sid: SeriesKey(test, reader.pairs(params), system, part, environ, perfvar)
+                    for sid, test, system, part, environ, perfvar, params in self._query(
+                        "SELECT id, test, system, partition, environ, perfvar, params "
+                        "FROM series" + where, args)}
 
     def _batches(self, sql: str, args: Sequence[object]) -> Iterator[list[np.ndarray]]:
         """The values ``sql`` selects (series id, time, run id, value, band id; by series and
