@@ -119,3 +119,34 @@ def test_a_store_judged_with_the_screen_gets_the_verdicts_and_states_it_gets_wit
     again = _judged(nights[0], monkeypatch, blocks_from)
     assert len(calls) > screened, "no window was screened"
     assert again == _judged(nights[1], monkeypatch, 10 ** 9)
+
+
+def test_a_full_re_evaluation_with_the_screen_gets_the_verdicts_it_gets_without(
+        tmp_path, monkeypatch):
+    """``fabreg trends`` without ``--incremental`` judges every series whole: the same
+    verdicts, changes and noise with whole histories screened in blocks and without."""
+    data = generate(tmp_path / "logs", sessions=90, partitions=4, transports=("tcp",),
+                    nodes=(2,), shifted=0.3, end_spikes=0.2, seed=5)
+    db = tmp_path / "a.db"
+    fabreg("ingest", "-q", str(data.root), db=db, check=True)
+    with Store(db, create=False) as store:
+        series = store.load()
+
+    def judged(screen_from: int) -> list[tuple]:
+        monkeypatch.setattr(stable_screen, "SCREEN_FROM", screen_from)
+        return [(v.series.id, v.verdict, trend_state.changes_text(v.changes), v.noise_pct)
+                for v in trends.analyse(series)]
+
+    found: list[int] = []  # windows the screen found stable
+
+    def screen(*args, **kwargs):
+        out = stable_screen_rows(*args, **kwargs)
+        found.append(sum(p is not None for p in out))
+        return out
+
+    stable_screen_rows = stable_screen.stable_rows
+    monkeypatch.setattr(stable_screen, "stable_rows", screen)
+    with_screen = judged(stable_screen.SCREEN_FROM)
+    assert sum(found) >= len(series) // 2, (found, len(series))
+    assert with_screen == judged(10 ** 9)
+    assert {v[1] for v in with_screen} >= {trends.STABLE, trends.REGRESSION}

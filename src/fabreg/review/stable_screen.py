@@ -116,7 +116,8 @@ def stable_rows(values: np.ndarray, windows: Sequence[trends.Window], alpha: flo
 
 
 def stable_windows(series: Sequence[SeriesData], windows: Sequence[trends.Window],
-                   alpha: float = trends.ALPHA) -> list[trends.Prepared | None]:
+                   alpha: float = trends.ALPHA, min_run: int = trends.MIN_RUN
+                   ) -> list[trends.Prepared | None]:
     """:func:`stable_rows` of each series (``windows``: what came before each), screened in
     blocks of one length and margin."""
     blocks: dict[tuple[int, int], list[int]] = {}
@@ -130,6 +131,6 @@ def stable_windows(series: Sequence[SeriesData], windows: Sequence[trends.Window
             part = members[start:start + SCREEN_AT_MOST]
             values = np.stack([np.asarray(series[i].value, dtype=float) for i in part])
             for i, prepared in zip(part, stable_rows(values, [windows[i] for i in part],
-                                                     alpha)):
+                                                     alpha, min_run)):
                 out[i] = prepared
     return out

@@ -432,10 +432,16 @@ def detect(series: SeriesData, alpha: float = ALPHA, min_run: int = MIN_RUN,
 def analyse(all_series: list[SeriesData], alpha: float = ALPHA, min_run: int = MIN_RUN,
             min_shift_pct: float = MIN_SHIFT_PCT, progress=None,
             families: Mapping[int, int] | None = None) -> list[SeriesVerdict]:
-    """Every series judged whole; ``families``: see :func:`family_wise`."""
+    """Every series judged whole; ``families``: see :func:`family_wise`. The series the
+    search would find stable are found many at a time first (:mod:`.stable_screen`: the
+    same verdicts, to the bit)."""
+    from fabreg.review import stable_screen  # it builds on this module
+
+    stable = stable_screen.stable_windows(all_series, [FULL] * len(all_series), alpha,
+                                          min_run)
     out = []
-    for i, series in enumerate(all_series):
-        verdict = detect(series, alpha, min_run, min_shift_pct)
+    for i, (series, screened) in enumerate(zip(all_series, stable)):
+        verdict = detect(series, alpha, min_run, min_shift_pct, stable=screened)
         verdict.prepared = None  # a full run keeps no window: memory stays near the values
         out.append(verdict)
         if progress is not None:
