@@ -238,10 +238,14 @@ def _series_key(test: str, system: str, partition: str, environ: str, perfvar: s
 
 
 class _RunTexts(dict):
-    """Builds each run's key prefix and stored parameters (``__call__``), escaping each
-    parameter pair once: kept for one file, whose runs share most pairs (a night of a
-    10,000-node sweep has 150,000 link runs that differ in two). Maps a pair to its two
-    texts, ``[name,value]`` and ``name: value``; None for a pair that is not two strings."""
+    """Builds each run's stored parameters and key prefix, escaping each parameter pair once:
+    kept for one file, whose runs share most pairs (a night of a 10,000-node sweep has
+    150,000 link runs that differ in two). Maps a pair to its two texts, ``[name,value]``
+    and ``name: value``; None for a pair that is not two strings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._prefixes: dict[tuple, str] = {}
 
     def __missing__(self, pair: tuple[str, str]) -> tuple[str, str] | None:
         name, value = pair
@@ -252,24 +256,39 @@ class _RunTexts(dict):
         self[pair] = texts
         return texts
 
-    def __call__(self, test: str, params: tuple[tuple[str, str], ...], system: str,
-                 partition: str, environ: str) -> tuple[str, str]:
-        """(``_key_text`` but its performance variable, the same for every variable of one
-        run; ``series.params``, the parameters as stored: ``json.dumps(dict(params),
-        sort_keys=True)``, params being sorted), by JSON's own string encoder."""
+    def _pairs(self, params: tuple[tuple[str, str], ...]) -> list[tuple[str, str]] | None:
         try:
             pairs = list(map(self.__getitem__, params))
-        except TypeError:  # a pair that cannot be a key: written by json.dumps below
-            pairs = [None]
+        except TypeError:  # a pair that cannot be a key: written by json.dumps
+            return None
+        return None if None in pairs else pairs
+
+    def params_text(self, params: tuple[tuple[str, str], ...]) -> str:
+        """``series.params``, the parameters as stored: ``json.dumps(dict(params),
+        sort_keys=True)``, params being sorted, by JSON's own string encoder."""
+        pairs = self._pairs(params)
+        if pairs is None:
+            return json.dumps(dict(params), sort_keys=True)
+        return "{" + ", ".join([p[1] for p in pairs]) + "}"
+
+    def prefix(self, test: str, params: tuple[tuple[str, str], ...], system: str,
+               partition: str, environ: str) -> str:
+        """``_key_text`` but its performance variable, the same for every variable of one
+        run (kept: asked once a variable)."""
+        run = (test, params, system, partition, environ)
+        text = self._prefixes.get(run)
+        if text is not None:
+            return text
+        pairs = self._pairs(params)
         names = (test, system, partition, environ)
-        if None in pairs or not all(type(v) is str for v in names):
-            return (json.dumps([test, params, system, partition, environ],
-                               separators=(",", ":"))[:-1] + ",",
-                    json.dumps(dict(params), sort_keys=True))
-        t, sy, pa, en = map(_json_str, names)
-        inner = ",".join([p[0] for p in pairs])
-        return (f"[{t},[{inner}],{sy},{pa},{en},",
-                "{" + ", ".join([p[1] for p in pairs]) + "}")
+        if pairs is None or not all(type(v) is str for v in names):
+            text = json.dumps([test, params, system, partition, environ],
+                              separators=(",", ":"))[:-1] + ","
+        else:
+            t, sy, pa, en = map(_json_str, names)
+            text = f"[{t},[{','.join([p[0] for p in pairs])}],{sy},{pa},{en},"
+        self._prefixes[run] = text
+        return text
 
 
 def _key_text(prefix: str, perfvar: str) -> str:
@@ -604,55 +623,74 @@ class Store:
     def _series_ids(self, samples: Sequence[Sample]) -> list[int]:
         """The series id of each sample, creating series as needed: a few batched statements
         per file, whatever the number of series (a night appended costs little)."""
-        keys: dict[tuple, str] = {}
-        params_texts: dict[tuple, str] = {}  # stored parameters, by the run's param_key
+        # key (test, param_key, system, partition, environ, perfvar) -> its row's columns
+        # (test, system, partition, environ, perfvar, params as stored)
+        keys: dict[tuple, tuple] = {}
         per_sample = []
         last_run = None
         base: tuple = ()
-        prefix = ""
         run_texts = _RunTexts()
+        head: tuple = ()
         for sample in samples:
             run = sample.run
             if run is not last_run:  # samples of one run come together
                 base = (run.test, run.param_key, run.system, run.partition, run.environ)
-                prefix, params_texts[run.param_key] = run_texts(*base)
+                head = (run.test, run.system, run.partition, run.environ)
+                params = run_texts.params_text(run.param_key)
                 last_run = run
             ckey = (*base, sample.perfvar)
             if ckey not in keys:
-                keys[ckey] = _key_text(prefix, sample.perfvar)
+                keys[ckey] = (*head, sample.perfvar, params)
             per_sample.append(ckey)
-        ids = self._lookup_series(keys, params_texts)
-        missing = [ckey for ckey, text in keys.items() if text not in ids]
+        ids = self._lookup_series(keys, run_texts)
+        missing = [ckey for ckey in keys if ckey not in ids]
         if missing:
             # Under our write lock SQLite numbers new rows max(id) + 1, + 2, ... in order.
             last_id = self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM series").fetchone()[0]
             self.conn.executemany(
                 "INSERT INTO series(id, key_hash, test, system, partition, environ, perfvar, "
                 "params) VALUES(?,?,?,?,?,?,?,?)",
-                [(last_id + 1 + i, key_hash(keys[k]), k[0], k[2], k[3], k[4], k[5],
-                  params_texts[k[1]]) for i, k in enumerate(missing)])
-            ids.update({keys[k]: last_id + 1 + i for i, k in enumerate(missing)})
-        return [ids[keys[ckey]] for ckey in per_sample]
+                [(last_id + 1 + i, key_hash(_key_text(run_texts.prefix(*k[:5]), k[5])),
+                  *keys[k]) for i, k in enumerate(missing)])
+            ids.update({k: last_id + 1 + i for i, k in enumerate(missing)})
+        return [ids[ckey] for ckey in per_sample]
 
-    def _lookup_series(self, keys: dict[tuple, str], params_text: dict[tuple, str]
-                       ) -> dict[str, int]:
-        """Stored series ids by key text (``_key_text``), of the keys stored. ``keys``: key
-        tuple (test, params, system, partition, environ, perfvar) -> its text;
-        ``params_text``: params -> their stored text."""
-        # hash -> (the row's columns as written, the key, its text) of each key with it
-        wanted: dict[int, list[tuple[tuple, tuple, str]]] = {}
-        for key, text in keys.items():
-            wanted.setdefault(key_hash(text), []).append(
-                ((key[0], key[2], key[3], key[4], key[5], params_text[key[1]]), key, text))
-        out: dict[str, int] = {}
+    def _lookup_series(self, keys: dict[tuple, tuple], run_texts: _RunTexts
+                       ) -> dict[tuple, int]:
+        """Stored series ids of the keys stored. ``keys``: key tuple (test, params, system,
+        partition, environ, perfvar) -> its row's columns as written (``_series_ids``).
+
+        Found by those columns where the keys are half the stored series or more (a night of
+        a sweep: every link again; the table read in order costs less than hashing each key
+        and looking it up); the others by their hash (``series.key_hash``), told apart from
+        keys with the same hash by the columns themselves (the parameters' text as written,
+        else as read: a store written by other code)."""
+        out: dict[tuple, int] = {}
+        stored = self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM series").fetchone()[0]
+        if stored and 2 * len(keys) >= stored:
+            with collector_paused():
+                by_columns = {row[:6]: row[6] for row in self.conn.execute(
+                    "SELECT test, system, partition, environ, perfvar, params, id "
+                    "FROM series")}
+                for key, columns in keys.items():
+                    found = by_columns.get(columns)
+                    if found is not None:
+                        out[key] = found
+                del by_columns
+        # hash -> (the row's columns as written, the key) of each key with it
+        wanted: dict[int, list[tuple[tuple, tuple]]] = {}
+        for key, columns in keys.items():
+            if key not in out:
+                text = _key_text(run_texts.prefix(*key[:5]), key[5])
+                wanted.setdefault(key_hash(text), []).append((columns, key))
+        if not wanted or not stored:
+            return out
         for row in self._series_rows(list(wanted)):
-            # keys with one hash: told apart by the columns themselves (the parameters'
-            # text as written, else as read)
-            for columns, key, text in wanted.get(row[0], ()):
+            for columns, key in wanted.get(row[0], ()):
                 if (row[1:7] == columns
                         or (row[1:6] == columns[:5]
                             and tuple(sorted(json.loads(row[6]).items())) == key[1])):
-                    out[text] = row[7]
+                    out[key] = row[7]
         return out
 
     def _series_rows(self, hashes: list[int]) -> Iterator[tuple]:
