@@ -213,6 +213,18 @@ site_configuration = {
     ],
     'logging': [
         {
+            # ReFrame's own debug log of the last run, in the directory it ran from (ReFrame's
+            # default leaves a new /tmp/rfm-*.log of each run, hundreds of KB at debug2;
+            # only the few lines it logs before reading this file still go there)
+            'handlers': [
+                {
+                    'type': 'file',
+                    'name': 'reframe.log',
+                    'level': 'debug',
+                    'format': '[%(asctime)s] %(levelname)s: %(check_info)s: %(message)s',
+                    'append': False,
+                },
+            ],
             'handlers_perflog': [
                 {
                     'type': 'filelog',
