@@ -51,8 +51,8 @@ class ParamsReader:
         if cut is not None:
             (_, places, rest), names, values = cut
             if len(places) == 2:
-                nodes = dict(zip(names, values))
-                return rest, nodes["node_a"], nodes["node_b"]
+                return (rest, values[0], values[1]) if names[0] == "node_a" else (
+                    rest, values[1], values[0])
         whole = dict(self._parsed(params))
         a, b = whole.pop("node_a", None), whole.pop("node_b", None)
         if a is None or b is None:
