@@ -429,6 +429,10 @@ def detect(series: SeriesData, alpha: float = ALPHA, min_run: int = MIN_RUN,
     return SeriesVerdict(series, verdict, changes, _noise_pct(prep), prepared=prep)
 
 
+#: Series screened at once by a full run (:func:`analyse`): what it holds prepared at a time.
+SCREENED_AT_ONCE = 50000
+
+
 def analyse(all_series: list[SeriesData], alpha: float = ALPHA, min_run: int = MIN_RUN,
             min_shift_pct: float = MIN_SHIFT_PCT, progress=None,
             families: Mapping[int, int] | None = None) -> list[SeriesVerdict]:
@@ -437,15 +441,16 @@ def analyse(all_series: list[SeriesData], alpha: float = ALPHA, min_run: int = M
     same verdicts, to the bit)."""
     from fabreg.review import stable_screen  # it builds on this module
 
-    stable = stable_screen.stable_windows(all_series, [FULL] * len(all_series), alpha,
-                                          min_run)
     out = []
-    for i, (series, screened) in enumerate(zip(all_series, stable)):
-        verdict = detect(series, alpha, min_run, min_shift_pct, stable=screened)
-        verdict.prepared = None  # a full run keeps no window: memory stays near the values
-        out.append(verdict)
-        if progress is not None:
-            progress(i + 1, len(all_series))
+    for start in range(0, len(all_series), SCREENED_AT_ONCE):
+        part = all_series[start:start + SCREENED_AT_ONCE]
+        stable = stable_screen.stable_windows(part, [FULL] * len(part), alpha, min_run)
+        for series, screened in zip(part, stable):
+            verdict = detect(series, alpha, min_run, min_shift_pct, stable=screened)
+            verdict.prepared = None  # a full run keeps no window: memory stays near the values
+            out.append(verdict)
+            if progress is not None:
+                progress(len(out), len(all_series))
     return family_wise(out, families or {}, alpha)
 
 
