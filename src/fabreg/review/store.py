@@ -230,13 +230,6 @@ class SeriesKey:
         return dict(self.params)
 
 
-def _series_key(test: str, system: str, partition: str, environ: str, perfvar: str,
-                params: str) -> SeriesKey:
-    """The key of a ``series`` row, from its columns."""
-    return SeriesKey(test, tuple(sorted(json.loads(params).items())), system, partition,
-                     environ, perfvar)
-
-
 class _RunTexts(dict):
     """Builds each run's stored parameters and key prefix, escaping each parameter pair once:
     kept for one file, whose runs share most pairs (a night of a 10,000-node sweep has
@@ -684,7 +677,7 @@ class Store:
                 wanted.setdefault(key_hash(text), []).append((columns, key))
         if not wanted or not stored:
             return out
-        for row in self._series_rows(list(wanted)):
+        for row in self._series_rows(list(wanted), stored):
             for columns, key in wanted.get(row[0], ()):
                 if (row[1:7] == columns
                         or (row[1:6] == columns[:5]
@@ -692,13 +685,12 @@ class Store:
                     out[key] = row[7]
         return out
 
-    def _series_rows(self, hashes: list[int]) -> Iterator[tuple]:
+    def _series_rows(self, hashes: list[int], stored: int) -> Iterator[tuple]:
         """The stored series rows (hash, test, system, partition, environ, perfvar, params,
-        id) of these hashes, and maybe others: when they are half the stored series or more
-        (a night of a sweep: every link again), the table read in order costs half of
-        looking each one up by the hash index."""
+        id) of these hashes, and maybe others: when they are half the ``stored`` series or
+        more (a first ingest of a sweep into a store), the table read in order costs half
+        of looking each one up by the hash index."""
         columns = "key_hash, test, system, partition, environ, perfvar, params, id"
-        stored = self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM series").fetchone()[0]
         if 2 * len(hashes) >= stored:
             yield from self.conn.execute(f"SELECT {columns} FROM series")
             return
