@@ -95,6 +95,24 @@ def synthetic_store(root: Path, **generate_args: object) -> Path:
     return db
 
 
+def assert_days_indexed(db: Path) -> None:
+    """The store's ``samples`` are filed under the UTC day of their time, and ``days`` and
+    ``newest_day`` (what the readers seek by) say what the values say."""
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        misfiled = conn.execute("SELECT COUNT(*) FROM samples "
+                                "WHERE day != CAST(time / 86400 AS INTEGER)").fetchone()[0]
+        days = conn.execute("SELECT day FROM days ORDER BY day").fetchall()
+        held = conn.execute("SELECT DISTINCT day FROM samples ORDER BY day").fetchall()
+        newest = conn.execute("SELECT series_id, day FROM newest_day ORDER BY 1").fetchall()
+        wanted = conn.execute("SELECT series_id, MAX(day) FROM samples GROUP BY series_id "
+                              "ORDER BY 1").fetchall()
+    assert misfiled == 0
+    assert set(held) <= set(days)  # a day whose values a perflog took over may stay listed
+    assert newest == wanted
+
+
 @pytest.fixture
 def run_fabreg():
     return fabreg

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, fabreg, reframe_binary
+from conftest import REPO, assert_days_indexed, fabreg, reframe_binary
 
 CHECK = REPO / "tests" / "data" / "checks" / "scaled_perflog.py"
 pytestmark = pytest.mark.slow
@@ -87,6 +87,7 @@ def test_results_db_alone_then_perflogs_gives_the_same_store(real_run: Path, tmp
         series = conn.execute("SELECT COUNT(*) FROM series").fetchone()[0]
     assert n == 2 * 9 * 3
     assert series == 2 * 3 * 2  # shm/tcp x 3 variables x (without/with provider)
+    assert_days_indexed(db)  # the results DB's series lost their values to the perflogs'
 
 
 def test_compare_trends_report_export_on_real_perflogs(real_run: Path, tmp_path: Path):

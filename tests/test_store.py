@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import assert_days_indexed
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -60,6 +61,44 @@ def test_two_ingests_at_once_lose_and_duplicate_nothing(tmp_path: Path):
         mislinked = conn.execute("SELECT COUNT(*) FROM samples v LEFT JOIN runs r "
                                  "ON r.id = v.run_id WHERE r.time IS NOT v.time").fetchone()[0]
     assert dupes == 0 and mislinked == 0  # every value points at its own run
+    assert_days_indexed(db)
+
+
+def test_older_nights_ingested_after_newer_ones_give_the_store_of_one_ingest_in_order(
+        tmp_path: Path, run_fabreg):
+    """Values are filed by day: nights that arrive late (a site's older perflogs) go in
+    among the others, and each series' newest value stays the newest."""
+    generate(tmp_path / "perflogs", sessions=12, seed=6)
+    split = {"late": tmp_path / "late", "early": tmp_path / "early"}
+    for log in (tmp_path / "perflogs").rglob("*.log*"):
+        header, *lines = log.read_text().splitlines(keepends=True)
+        half = len(lines) // 2
+        for part, chosen in (("early", lines[:half]), ("late", lines[half:])):
+            out = split[part] / log.relative_to(tmp_path / "perflogs")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(header + "".join(chosen))
+    backfilled, in_order = tmp_path / "backfilled.db", tmp_path / "in_order.db"
+    run_fabreg("ingest", str(split["late"]), db=backfilled, check=True)
+    run_fabreg("ingest", str(split["early"]), db=backfilled, check=True)
+    run_fabreg("ingest", str(tmp_path / "perflogs"), db=in_order, check=True)
+    assert_days_indexed(backfilled)
+
+    def long_rows(db: Path) -> list[tuple]:
+        with sqlite3.connect(db) as conn:
+            return conn.execute("SELECT test, params, system, partition, environ, perfvar, "
+                                "time, value, result, jobid FROM long ORDER BY 1, 2, 3, 4, 5, "
+                                "6, 7").fetchall()
+
+    assert long_rows(backfilled) == long_rows(in_order)
+    for db in (backfilled, in_order):
+        run_fabreg("export", "prometheus", "--out", str(db.with_suffix(".prom")), db=db,
+                   check=True)
+    assert (backfilled.with_suffix(".prom").read_text()
+            == in_order.with_suffix(".prom").read_text())
+    with Store(backfilled, create=False) as a, Store(in_order, create=False) as b:
+        newest = {s.key: (s.time.tolist(), s.value.tolist()) for s in a.load_newest()}
+        assert newest == {s.key: (s.time.tolist(), s.value.tolist()) for s in b.load_newest()}
+        assert len(newest) == 1000
 
 
 def _open_new_store(db: str, answers) -> None:

@@ -1,4 +1,4 @@
-"""`fabreg migrate`: a store of the first layout, written by the previous release from real
+"""`fabreg migrate`: stores of the older layouts, written by earlier releases from real
 perflogs, sweeps and run reports (tests/data/stores/README.md), rewritten with nothing lost."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 
 DATA = Path(__file__).parent / "data"
 SCHEMA1 = DATA / "stores" / "schema1.db"
+SCHEMA2 = DATA / "stores" / "schema2.db"
 
 
 def long_rows(db: Path) -> list[tuple]:
@@ -20,21 +21,69 @@ def long_rows(db: Path) -> list[tuple]:
                             "environ, perfvar, time, jobid").fetchall()
 
 
-@pytest.fixture
-def old_store(tmp_path: Path) -> Path:
+@pytest.fixture(params=[SCHEMA1, SCHEMA2], ids=["schema1", "schema2"])
+def old_store(tmp_path: Path, request) -> Path:
     db = tmp_path / "fabreg.db"
-    shutil.copy(SCHEMA1, db)
+    shutil.copy(request.param, db)
     return db
 
 
-def test_a_store_of_the_first_layout_is_refused_in_one_line_naming_migrate(old_store, run_fabreg):
+@pytest.fixture
+def second_layout_store(tmp_path: Path) -> Path:
+    db = tmp_path / "fabreg.db"
+    shutil.copy(SCHEMA2, db)
+    return db
+
+
+def test_a_store_of_an_older_layout_is_refused_in_one_line_naming_migrate(old_store, run_fabreg):
     proc = run_fabreg("trends", db=old_store)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "fabreg migrate --db" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
-def test_migrate_keeps_every_value_run_and_session(old_store, run_fabreg, tmp_path: Path):
+def test_migrate_keeps_every_table_of_the_second_layout(second_layout_store, run_fabreg):
+    db = second_layout_store
+    tables = ("series", "sources", "runs", "bands", "sessions", "run_sessions", "files")
+
+    def content(path: Path) -> dict[str, list[tuple]]:
+        with sqlite3.connect(path) as conn:
+            out = {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
+                   for t in tables}
+            out["samples"] = conn.execute(
+                "SELECT series_id, time, run_id, value, band_id FROM samples "
+                "ORDER BY series_id, time, run_id").fetchall()
+            out["meta"] = conn.execute("SELECT * FROM meta WHERE key != 'schema_version' "
+                                       "ORDER BY key").fetchall()
+        return out
+
+    before, rows = content(db), long_rows(db)
+    proc = run_fabreg("migrate", db=db, check=True)
+    assert f"migrated {db}: {len(before['samples'])} value(s)" in proc.stdout
+    backup = Path(f"{db}.schema2")
+    assert content(backup) == before  # the old file, untouched
+    assert content(db) == before and long_rows(db) == rows
+    with sqlite3.connect(db) as conn:
+        # in day order, each series' newest day and every day named
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'"
+                            ).fetchone() == ("3",)
+        days = conn.execute("SELECT day, time FROM samples").fetchall()  # the table's order
+        assert [d for d, _ in days] == sorted(d for d, _ in days)
+        assert all(d == int(t // 86400) for d, t in days)
+        assert conn.execute("SELECT day FROM days ORDER BY day").fetchall() == sorted(
+            {(d,) for d, _ in days})
+        newest = conn.execute("SELECT series_id, day FROM newest_day ORDER BY 1").fetchall()
+        assert newest == conn.execute("SELECT series_id, MAX(day) FROM samples "
+                                      "GROUP BY series_id ORDER BY 1").fetchall()
+        assert len(newest) == len(before["series"])
+    again = run_fabreg("migrate", db=db)
+    assert again.returncode == 2 and "already has the current layout" in again.stderr
+
+
+def test_migrate_keeps_every_value_run_and_session_of_the_first_layout(
+        run_fabreg, tmp_path: Path):
+    old_store = tmp_path / "fabreg.db"
+    shutil.copy(SCHEMA1, old_store)
     before = long_rows(old_store)
     with sqlite3.connect(old_store) as conn:
         old_files = conn.execute("SELECT * FROM files ORDER BY path").fetchall()

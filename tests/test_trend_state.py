@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import fabreg
+from conftest import assert_days_indexed, fabreg
 
 from fabreg.errors import FabregError
 from fabreg.review import trend_state, trends
@@ -91,6 +91,7 @@ def test_a_value_older_than_its_window_makes_its_series_read_whole_again(tmp_pat
     fields[jobid] = "999999"
     old.write_text(header + "\n" + "|".join(fields) + "\n")
     fabreg("ingest", str(old), db=db, check=True)
+    assert_days_indexed(db)  # the newest day of its series stays the newest
     after = _states(db)
     assert len(after) == 40 - 4  # the line's four values: four series judged whole next
     fabreg("trends", "--incremental", "--format", "json", db=db)

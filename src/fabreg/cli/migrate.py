@@ -15,8 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Copy every value, run, series, session and file mark of a store written "
                     "by an earlier fabreg into the current layout (docs/trends.md, 'The "
                     "store'), check that all arrived, and put the new file in the store's "
-                    "place. The old file is kept as <store>.schema1. Run it when no ingest "
-                    "runs: it holds the store's write lock while it copies.")
+                    "place. The old file is kept as <store>.schemaN (N: its layout). Run it "
+                    "when no ingest runs: it holds the store's write lock while it copies.")
     add_db_argument(p)
     p.set_defaults(func=run)
 

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 
-from fabreg.review.store import Store
+from fabreg.review.store import NEWEST_OF_DAY, Store
 
 #: Read from the store's documented tables (docs/trends.md, "Schema"): the newest sample of
-#: each series, with its run's attributes.
-_NEWEST = """
+#: each series, with its run's attributes (a seek a series: ``newest_day`` names its day).
+_NEWEST = f"""
 SELECT v.series_id, s.perfvar, r.attrs
-FROM samples v
-JOIN (SELECT series_id, MAX(time) AS time FROM samples GROUP BY series_id) m
-  ON m.series_id = v.series_id AND m.time = v.time
+FROM newest_day n
+CROSS JOIN samples v ON {NEWEST_OF_DAY}
 JOIN series s ON s.id = v.series_id
 JOIN runs r ON r.id = v.run_id
 """

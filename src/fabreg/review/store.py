@@ -2,7 +2,10 @@
 
 Layout (docs/trends.md): ``series`` names each series once (test, parameters,
 system, partition, environment, performance variable); ``samples`` is the long
-table of values, one narrow row each (series, time, run, value, band); ``bands`` holds
+table of values, one narrow row each (day, series, time, run, value, band), kept in the
+order of the UTC day its value was measured, so that a night appended is written at the end
+of the table whatever the history before it (``days`` lists the days held, ``newest_day``
+each series' newest); ``bands`` holds
 each distinct unit, reference, thresholds and result once, ``sources`` each input file once;
 ``sessions``/``run_sessions`` come from ReFrame's results DB; the ``long`` view joins them
 into one row per value; ``files`` holds how far each input file was read
@@ -53,9 +56,14 @@ WAL_CHECKPOINT_PAGES = 32768
 #: consecutive runs are less than this many seconds apart.
 SESSION_GAP = 3600.0
 
-#: The layout this code writes. 1: the first (unit, reference, thresholds, result and the
-#: input file's path in every row; about 120 bytes a value), read only by ``fabreg migrate``.
-SCHEMA_VERSION = 2
+#: The layout this code writes; ``fabreg migrate`` rewrites the older ones. 1: the first
+#: (unit, reference, thresholds, result and the input file's path in every row; about 120
+#: bytes a value). 2: ``samples`` in series order, so that each night appended rewrote
+#: nearly every page of it (a 10,000-node sweep's store: all its gigabytes, each night).
+SCHEMA_VERSION = 3
+
+#: Seconds in the days ``samples`` is ordered by (UTC, from the epoch).
+DAY_SECONDS = 86400
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS series(
@@ -97,13 +105,19 @@ CREATE TABLE IF NOT EXISTS bands(
 );
 CREATE INDEX IF NOT EXISTS bands_by_content ON bands(unit, ref, lower_thres, upper_thres, result);
 CREATE TABLE IF NOT EXISTS samples(
+    day INTEGER NOT NULL,
     series_id INTEGER NOT NULL REFERENCES series(id),
     time REAL NOT NULL,
     run_id INTEGER NOT NULL REFERENCES runs(id),
     value REAL NOT NULL,
     band_id INTEGER NOT NULL REFERENCES bands(id),
-    PRIMARY KEY(series_id, time, run_id)
+    PRIMARY KEY(day, series_id, time, run_id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS days(day INTEGER PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS newest_day(
+    series_id INTEGER PRIMARY KEY,
+    day INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS sessions(
     uuid TEXT PRIMARY KEY,
     start REAL,
@@ -119,7 +133,7 @@ CREATE VIEW IF NOT EXISTS long AS
            v.time, v.value, b.unit, b.ref, b.lower_thres, b.upper_thres, b.result,
            r.jobid, r.nodelist, COALESCE(r.session, l.session) AS session,
            x.extras AS session_extras, r.attrs AS run_attributes, f.path AS source
-    FROM samples v JOIN series s ON s.id = v.series_id JOIN runs r ON r.id = v.run_id
+    FROM samples v CROSS JOIN series s ON s.id = v.series_id JOIN runs r ON r.id = v.run_id
     JOIN bands b ON b.id = v.band_id LEFT JOIN sources f ON f.id = r.source_id
     LEFT JOIN run_sessions l ON l.run_key = r.run_key
     LEFT JOIN sessions x ON x.uuid = COALESCE(r.session, l.session);
@@ -182,6 +196,18 @@ BLOB_CHARS = 4096
 #: How ``runs.attrs`` names a kept value: ``blob:`` and its ``key_hash``.
 BLOB_PREFIX = "blob:"
 BLOBS = "CREATE TABLE IF NOT EXISTS blobs(hash INTEGER PRIMARY KEY, text TEXT NOT NULL)"
+
+
+def day_of(when: float) -> int:
+    """``samples.day`` of a value measured at ``when`` (seconds since the epoch)."""
+    return math.floor(when / DAY_SECONDS)
+
+
+def day_sql(column: str) -> str:
+    """:func:`day_of` as an SQL expression of ``column`` (CAST truncates toward zero)."""
+    quotient = f"({column}) / {float(DAY_SECONDS)!r}"
+    return (f"(CAST({quotient} AS INTEGER) - "
+            f"({quotient} < 0 AND {quotient} != CAST({quotient} AS INTEGER)))")
 
 
 def key_hash(key: str) -> int:
@@ -398,9 +424,14 @@ class Store:
         tables = {r[0] for r in self.conn.execute(
             "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
         if {"series", "samples"} <= tables:
-            if schema_version(self.conn) != SCHEMA_VERSION:
+            version = schema_version(self.conn)
+            if version > SCHEMA_VERSION:
                 raise FabregError(
-                    f"store {self.path} has the first layout of fabreg's store: run "
+                    f"store {self.path} has layout {version}, newer than this fabreg's "
+                    f"({SCHEMA_VERSION}): read it with the fabreg that wrote it")
+            if version != SCHEMA_VERSION:
+                raise FabregError(
+                    f"store {self.path} has an older layout of fabreg's store ({version}): run "
                     f"'fabreg migrate --db {self.path}' once (it keeps every value, and the "
                     "old file beside the new one)")
             return
@@ -493,17 +524,23 @@ class Store:
                 run_ids, removed = self._run_ids(list(runs.values()), from_results_db)
                 ids = self._series_ids(samples)
                 bands = self._band_ids(samples)
+                # id(Run) -> (day, time, run id) of the runs whose samples this file owns
+                placed = {key: (day_of(runs[key].time), runs[key].time, rid)
+                          for key, rid in run_ids.items()}
                 rows = []
                 for sid, band, s in zip(ids, bands, samples):
-                    rid = run_ids.get(id(s.run))
-                    if rid is not None:
-                        rows.append((sid, s.run.time, rid, s.value, band))
+                    where = placed.get(id(s.run))
+                    if where is not None:
+                        day, when, rid = where
+                        rows.append((day, sid, when, rid, s.value, band))
+                rows.sort()  # the table's order: a night goes in at its end, in one pass
                 before = self.conn.total_changes
                 self.conn.executemany(
-                    "INSERT OR IGNORE INTO samples(series_id, time, run_id, value, band_id) "
-                    "VALUES(?,?,?,?,?)", rows)
-                self._forget_trend_states(rows)
+                    "INSERT OR IGNORE INTO samples(day, series_id, time, run_id, value, "
+                    "band_id) VALUES(?,?,?,?,?,?)", rows)
                 net = self.conn.total_changes - before - removed
+                self._note_days(rows)
+                self._forget_trend_states(rows)
                 count.added = max(0, net)
                 if net:
                     self.conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + ? "
@@ -525,6 +562,17 @@ class Store:
         except sqlite3.Error as err:
             raise self._error(err) from None
         return count
+
+    def _note_days(self, rows: list[tuple]) -> None:
+        """Keep ``days`` and ``newest_day`` up to date with ``rows`` (sorted samples rows):
+        the readers find a series' values day by day, and its newest value in one seek."""
+        self.conn.executemany("INSERT OR IGNORE INTO days VALUES(?)",
+                              [(day,) for day in sorted({row[0] for row in rows})])
+        newest = {row[1]: row[0] for row in rows}  # sorted by day: the last is the newest
+        self.conn.executemany(
+            "INSERT INTO newest_day VALUES(?,?) ON CONFLICT(series_id) DO UPDATE "
+            "SET day = excluded.day WHERE excluded.day > newest_day.day",
+            sorted(newest.items()))
 
     def _run_ids(self, runs: list[Run], from_results_db: bool) -> tuple[dict[int, int], int]:
         """Insert runs; map id(Run) -> runs.id for the runs whose samples this file owns, and
@@ -571,8 +619,16 @@ class Store:
             self.conn.execute("DELETE FROM takeover")
             self.conn.executemany("INSERT OR IGNORE INTO takeover VALUES(?)",
                                   [(i,) for i in takeover])
-            self.conn.execute("DELETE FROM samples WHERE run_id IN (SELECT id FROM takeover)")
+            taken_ids = set(takeover)
+            days = sorted({day_of(r.time) for r in runs if known[r.key][0] in taken_ids})
+            marks = ",".join("?" * len(days))
+            touched = [row[0] for row in self.conn.execute(
+                f"SELECT DISTINCT series_id FROM samples WHERE day IN ({marks}) "
+                "AND run_id IN (SELECT id FROM takeover)", days)]
+            self.conn.execute(f"DELETE FROM samples WHERE day IN ({marks}) "
+                              "AND run_id IN (SELECT id FROM takeover)", days)
             removed = self.conn.total_changes - before
+            self._renew_newest_days(touched)
             self.conn.executemany("UPDATE runs SET from_results_db=0 WHERE id=?",
                                   [(i,) for i in takeover])
             # The perflog's view of the run's attributes wins too.
@@ -583,6 +639,18 @@ class Store:
                 [(json.dumps(attrs[k], sort_keys=True), i, k)
                  for k, (i, _) in known.items() if i in taken])
         return out, removed
+
+    def _renew_newest_days(self, series: list[int]) -> None:
+        """``newest_day`` of these series found again from their values (after some were
+        removed): a seek per series and day held, a rare case."""
+        self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS renewed(id INTEGER PRIMARY KEY)")
+        self.conn.execute("DELETE FROM renewed")
+        self.conn.executemany("INSERT INTO renewed VALUES(?)", [(i,) for i in series])
+        self.conn.execute("DELETE FROM newest_day WHERE series_id IN (SELECT id FROM renewed)")
+        self.conn.execute(
+            "INSERT INTO newest_day SELECT v.series_id, MAX(v.day) FROM days d CROSS JOIN "
+            "samples v ON v.day = d.day AND v.series_id IN (SELECT id FROM renewed) "
+            "GROUP BY v.series_id")
 
     def _source_ids(self, paths: set[str]) -> dict[str, int]:
         """``sources.id`` of each input file path, adding the paths not stored yet."""
@@ -774,13 +842,13 @@ class Store:
         transport used); readers that need it per value read it here.
         """
         sql = ("SELECT s.test, s.environ, s.perfvar, v.time, v.value, b.unit, r.run_key, "
-               "r.attrs, s.partition FROM samples v JOIN series s ON s.id = v.series_id "
+               "r.attrs, s.partition FROM samples v CROSS JOIN series s ON s.id = v.series_id "
                "JOIN runs r ON r.id = v.run_id JOIN bands b ON b.id = v.band_id "
                "WHERE s.system = ?")
         args: list[object] = [system]
         if since is not None:
-            sql += " AND v.time >= ?"
-            args.append(since)
+            sql += " AND v.day >= ? AND v.time >= ?"
+            args += [day_of(since), since]
         parsed: dict[str, dict[str, str]] = {}
         out = []
         for test, environ, perfvar, when, value, unit, run_key, attrs, part in self._query(
@@ -840,7 +908,7 @@ class Store:
             self._latest_window = -math.inf if latest is None else latest
         latest = self._latest_window
         early: dict[int, float] = {}
-        for sid, when, *_ in rows:
+        for _, sid, when, *_ in rows:
             if when >= latest:  # a night appended: inside every window
                 continue
             if when < early.get(sid, math.inf):
@@ -935,7 +1003,7 @@ class Store:
     def values_between(self, system: str, start: float, end: float) -> list[tuple]:
         """Every value of ``system`` in [start, end), as the ``long`` view's columns (a
         session the results DB does not name is derived, as ``load`` does), one index range
-        per series."""
+        a day at a time."""
         if self._sessions is None:
             self._sessions = self._runs_sessions()[0]
         sessions = self._sessions
@@ -943,10 +1011,12 @@ class Store:
             "SELECT s.test, s.params, s.system, s.partition, s.environ, s.perfvar, v.time, "
             "v.value, b.unit, b.ref, b.lower_thres, b.upper_thres, b.result, r.jobid, "
             "r.nodelist, r.id, f.path "
-            "FROM series s JOIN samples v ON v.series_id = s.id AND v.time >= ? AND v.time < ? "
+            "FROM days d CROSS JOIN samples v ON v.day = d.day AND v.time >= ? AND v.time < ? "
+            "CROSS JOIN series s ON s.id = v.series_id "
             "JOIN runs r ON r.id = v.run_id JOIN bands b ON b.id = v.band_id "
             "LEFT JOIN sources f ON f.id = r.source_id "
-            "WHERE s.system = ? ORDER BY v.time, s.id", (start, end, system))
+            "WHERE d.day BETWEEN ? AND ? AND s.system = ? ORDER BY v.time, s.id",
+            (start, end, day_of(start), day_of(end), system))
         return [(*row[:15], sessions[row[15]], row[16]) for row in rows]
 
     def load(self, ids: Iterable[int] | None = None, since: float | None = None,
@@ -955,19 +1025,27 @@ class Store:
         ``ids``: those series only; ``since``/``until``: only the values in that time range
         (inclusive), a series without one left out."""
         if ids is None and since is None and until is None:
-            return self._load("SELECT series_id, time, run_id, value, band_id FROM samples "
-                              "ORDER BY series_id, time, run_id")
-        # one index range per series (as window_columns), never a scan of every value
-        args: list[object] = [-math.inf if since is None else since,
-                              math.inf if until is None else until]
+            ranges = self.series_ranges(LOADED_AT_ONCE)
+            return self._load(self._range_columns(first, last) for first, last in ranges)
+        # the days of the range, and in each the series asked for (a seek each) or all
+        low = -math.inf if since is None else since
+        high = math.inf if until is None else until
+        args: list[object] = [low, high]
         where = ""
         if ids is not None:
-            where = "WHERE s.id IN (SELECT value FROM json_each(?)) "
+            where = "AND v.series_id IN (SELECT value FROM json_each(?)) "
             args.append(json.dumps(sorted(set(ids))))
-        return self._load(
-            "SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM series s "
-            "CROSS JOIN samples v ON v.series_id = s.id AND v.time BETWEEN ? AND ? "
-            f"{where}ORDER BY s.id, v.time, v.run_id", args, ids)
+        args += [-2**62 if since is None else day_of(since),
+                 2**62 if until is None else day_of(until)]
+        sql = ("SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM days d "
+               "CROSS JOIN samples v ON v.day = d.day AND v.time BETWEEN ? AND ? "
+               f"{where}WHERE d.day BETWEEN ? AND ?")
+        return self._load([self._columns(sql, args)], ids)
+
+    def series_ranges(self, size: int) -> list[tuple[int, int]]:
+        """The stored series' ids cut into ranges (first, last) of ``size`` series."""
+        ids = self.series_ids()
+        return [(ids[i], ids[min(i + size, len(ids)) - 1]) for i in range(0, len(ids), size)]
 
     def series_ids(self) -> list[int]:
         """Every series' id, ascending."""
@@ -976,14 +1054,9 @@ class Store:
     def load_newest(self) -> list[SeriesData]:
         """Every series with its newest value only (of two at that time, the later run's):
         what the report's counts, the gauges and a sweep's judgement need of a series, read
-        with one index seek per series, in proportion to the series, not to their history
-        (``CROSS JOIN`` keeps SQLite's planner from scanning every value instead: with 61
-        nights of a 10,000-node sweep stored that took 14 s instead of 1.5)."""
-        return self._load(
-            "SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM series s "
-            "CROSS JOIN samples v ON v.series_id = s.id "
-            "AND v.time = (SELECT MAX(m.time) FROM samples m WHERE m.series_id = s.id) "
-            "ORDER BY s.id, v.time, v.run_id", newest=True)
+        with one index seek per series (``newest_day`` names its day), in proportion to the
+        series, not to their history."""
+        return self._load([self._columns(NEWEST, ())], newest=True)
 
     def session_spans(self) -> dict[str, tuple[float, float]]:
         """Session (the results DB's, else derived) -> its first and last run's time: the
@@ -1003,10 +1076,9 @@ class Store:
         10,000-node sweep has 450,000 links and a handful of distinct other parameters,
         each parsed once: :mod:`fabreg.review.link_params`)."""
         sql = ("SELECT s.id, s.test, s.system, s.partition, s.environ, s.perfvar, s.params, "
-               "v.time, r.jobid, v.value FROM series s CROSS JOIN samples v "
-               "ON v.series_id = s.id "
-               "AND v.time = (SELECT MAX(m.time) FROM samples m WHERE m.series_id = s.id) "
-               "JOIN runs r ON r.id = v.run_id ORDER BY s.id, v.run_id")
+               "v.time, r.jobid, v.value FROM newest_day n CROSS JOIN samples v "
+               f"ON {NEWEST_OF_DAY} CROSS JOIN series s ON s.id = n.series_id "
+               "JOIN runs r ON r.id = v.run_id ORDER BY n.series_id, v.run_id")
         reader = ParamsReader()
         with collector_paused():
             # of two values at the same time, the later run's (as load)
@@ -1037,12 +1109,14 @@ class Store:
         return ({r[0]: r[1] if r[1] is not None else derived[r[2]] for r in runs},
                 {r[0]: r[3] for r in runs}, {r[0]: r[2] for r in runs})
 
-    def _load(self, sql: str, args: Sequence[object] = (), ids: Iterable[int] | None = None,
+    def _load(self, parts: Iterable[list[np.ndarray]], ids: Iterable[int] | None = None,
               newest: bool = False) -> list[SeriesData]:
+        """The series of the value columns ``parts`` (each by series and time, each series
+        whole in one part)."""
         reader = self.reader(ids)
         out: list[SeriesData] = []
         try:
-            for columns in self._batches(sql, args):
+            for columns in parts:
                 out += reader.series(columns, newest)
         except sqlite3.Error as err:
             raise self._error(err) from None
@@ -1072,16 +1146,68 @@ class Store:
         ``last``, each from its ``trend_state.start`` on (``whole``: all their values), as
         columns (series id, time, run id, value, band id): a range of series, read by one of
         several processes (:meth:`SeriesReader.series` makes them series)."""
+        if whole:
+            return self._range_columns(first, last)
+        try:
+            states = self.conn.execute(
+                "SELECT series_id, start FROM trend_state WHERE series_id BETWEEN ? AND ? "
+                "ORDER BY series_id", (first, last)).fetchall()
+            (count,) = self.conn.execute("SELECT COUNT(*) FROM series WHERE id BETWEEN ? AND ?",
+                                         (first, last)).fetchone()
+        except sqlite3.Error as err:
+            raise self._error(err) from None
+        if len(states) < count:  # a series without a state yet: read whole
+            return self._windows(self._range_columns(first, last), states)
+        return self._windows(self._range_columns(first, last, min(s for _, s in states)),
+                             states)
+
+    @staticmethod
+    def _windows(columns: list[np.ndarray], states: list[tuple[int, float]]
+                 ) -> list[np.ndarray]:
+        """The values of ``columns`` at or after their series' window start (``states``:
+        (series id, start) by series id; a series without one: all its values)."""
         import numpy as np  # the readers only (see the imports)
 
-        sql = HISTORIES if whole else WINDOWS
+        if not states or not len(columns[0]):
+            return columns
+        sid, when = columns[0], columns[1]
+        ids = np.array([s[0] for s in states], dtype="int64")
+        starts = np.array([s[1] for s in states], dtype="float64")
+        at = np.minimum(np.searchsorted(ids, sid), len(ids) - 1)
+        start = np.where(ids[at] == sid, starts[at], -np.inf)
+        keep = when >= start
+        return columns if keep.all() else [c[keep] for c in columns]
+
+    def _range_columns(self, first: int, last: int, since: float = -math.inf
+                       ) -> list[np.ndarray]:
+        """Every value of the series with ids ``first`` to ``last`` (from the day of
+        ``since`` on) as columns by series and time: a range of ids in each day."""
+        day = -2**62 if since == -math.inf else day_of(since)
+        return self._columns(RANGE, (first, last, day))
+
+    def _columns(self, sql: str, args: Sequence[object]) -> list[np.ndarray]:
+        """The values ``sql`` selects (series id, time, run id, value, band id; in any
+        order) as columns by series, time and run."""
+        import numpy as np  # the readers only (see the imports)
+
         try:
-            parts = list(self._batches(sql, (first, last)))
+            parts = list(self._column_batches(sql, args))
         except sqlite3.Error as err:
             raise self._error(err) from None
         if not parts:
             return [np.empty(0, dtype=t) for t in COLUMN_TYPES]
-        return [np.concatenate(c) for c in zip(*parts)] if len(parts) > 1 else parts[0]
+        columns = [np.concatenate(c) for c in zip(*parts)] if len(parts) > 1 else parts[0]
+        order = np.lexsort((columns[2], columns[1], columns[0]))
+        return [c[order] for c in columns]
+
+    def _column_batches(self, sql: str, args: Sequence[object]) -> Iterator[list[np.ndarray]]:
+        """The rows ``sql`` selects as columns, 50,000 rows at a time."""
+        import numpy as np  # the readers only (see the imports)
+
+        cursor = self.conn.execute(sql, args)
+        with collector_paused():
+            while rows := cursor.fetchmany(50000):
+                yield [np.array(c, dtype=t) for c, t in zip(zip(*rows), COLUMN_TYPES)]
 
     def _series_keys(self, ids: Iterable[int] | None = None) -> dict[int, SeriesKey]:
         """Every series' key by id (``ids``: those series' only); a sweep's links' shared
@@ -1097,47 +1223,26 @@ class Store:
                         "SELECT id, test, system, partition, environ, perfvar, params "
                         "FROM series" + where, args)}
 
-    def _batches(self, sql: str, args: Sequence[object]) -> Iterator[list[np.ndarray]]:
-        """The values ``sql`` selects (series id, time, run id, value, band id; by series and
-        time) as columns, a batch of rows at a time turned into columns by NumPy, each batch
-        cut at the end of a series (a nightly trends run reads tens of millions of values):
-        memory stays near the size of the arrays."""
-        import numpy as np  # the readers only (see the imports)
-
-        cursor = self.conn.execute(sql, args)
-        carried: list[np.ndarray] | None = None  # the rows of a series a batch cut
-        # Tens of millions of row tuples, none in a cycle: the collector would walk every
-        # series read so far again and again (a 10,000-node store: 100 s instead of 30).
-        with collector_paused():
-            while True:
-                rows = cursor.fetchmany(50000)
-                if not rows:
-                    break
-                columns = [np.array(c, dtype=t) for c, t in zip(zip(*rows), COLUMN_TYPES)]
-                if carried is not None:
-                    columns = [np.concatenate(pair) for pair in zip(carried, columns)]
-                ids = columns[0]  # by series: every series but the batch's last is whole
-                last = (len(ids) - int(np.argmax(ids[::-1] != ids[-1])) if ids[0] != ids[-1]
-                        else 0)
-                if last:
-                    yield [c[:last] for c in columns]
-                carried = [c[last:] for c in columns]
-        if carried is not None and len(carried[0]):
-            yield carried
-
-
 #: The types of the value columns the readers take in (series id, time, run id, value, band).
 COLUMN_TYPES = ("int64", "float64", "int64", "float64", "int64")
 
-#: The values ``trends --incremental`` reads: each series from its ``trend_state.start`` on.
-WINDOWS = ("SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM series s "
-           "LEFT JOIN trend_state w ON w.series_id = s.id "
-           "JOIN samples v ON v.series_id = s.id AND v.time >= COALESCE(w.start, -1e308) "
-           "WHERE s.id BETWEEN ? AND ? ORDER BY s.id, v.time, v.run_id")
+#: Every value of the series with ids in a range, from a day on (``Store._range_columns``):
+#: one range of the table's key in each day.
+RANGE = ("SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM days d "
+         "CROSS JOIN samples v ON v.day = d.day AND v.series_id BETWEEN ? AND ? "
+         "WHERE d.day >= ?")
 
-#: Every value of the series with ids in a range (``Store.window_columns``).
-HISTORIES = ("SELECT series_id, time, run_id, value, band_id FROM samples "
-             "WHERE series_id BETWEEN ? AND ? ORDER BY series_id, time, run_id")
+#: A series' newest value: in the day ``newest_day`` names (``n``), at its latest time.
+NEWEST_OF_DAY = ("v.day = n.day AND v.series_id = n.series_id AND v.time = "
+                 "(SELECT MAX(m.time) FROM samples m WHERE m.day = n.day "
+                 "AND m.series_id = n.series_id)")
+
+#: Every series' newest value (of two at that time, both: the reader keeps the later run's).
+NEWEST = ("SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM newest_day n "
+          f"CROSS JOIN samples v ON {NEWEST_OF_DAY} ORDER BY n.series_id, v.time, v.run_id")
+
+#: Series ``Store.load`` reads and makes into series at a time.
+LOADED_AT_ONCE = 50000
 
 
 @dataclass
