@@ -96,13 +96,14 @@ def synthetic_store(root: Path, **generate_args: object) -> Path:
 
 
 def assert_days_indexed(db: Path) -> None:
-    """The store's ``samples`` are filed under the UTC day of their time, and ``days`` and
+    """The store's ``samples`` are filed under the UTC day of their run, and ``days`` and
     ``newest_day`` (what the readers seek by) say what the values say."""
     import sqlite3
 
     with sqlite3.connect(db) as conn:
-        misfiled = conn.execute("SELECT COUNT(*) FROM samples "
-                                "WHERE day != CAST(time / 86400 AS INTEGER)").fetchone()[0]
+        misfiled = conn.execute("SELECT COUNT(*) FROM samples v LEFT JOIN runs r "
+                                "ON r.id = v.run_id WHERE r.id IS NULL "
+                                "OR v.day != CAST(r.time / 86400 AS INTEGER)").fetchone()[0]
         days = conn.execute("SELECT day FROM days ORDER BY day").fetchall()
         held = conn.execute("SELECT DISTINCT day FROM samples ORDER BY day").fetchall()
         newest = conn.execute("SELECT series_id, day FROM newest_day ORDER BY 1").fetchall()

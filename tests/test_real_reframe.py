@@ -129,8 +129,7 @@ def test_json_run_reports_alone_give_the_results_dbs_values_and_with_perflogs_no
     assert "JSON run report, data_version 4." in proc.stderr
     db_only = tmp_path / "db.db"
     fabreg("ingest", str(real_run / "perflogs" / "results.db"), db=db_only, check=True)
-    query = ("SELECT s.test, s.params, s.perfvar, v.time, v.value FROM samples v "
-             "JOIN series s ON s.id = v.series_id ORDER BY 1, 2, 3, 4")
+    query = "SELECT test, params, perfvar, time, value FROM long ORDER BY 1, 2, 3, 4"
     with sqlite3.connect(alone) as a, sqlite3.connect(db_only) as b:
         assert a.execute(query).fetchall() == b.execute(query).fetchall()
     both = tmp_path / "both.db"

@@ -56,11 +56,12 @@ def test_two_ingests_at_once_lose_and_duplicate_nothing(tmp_path: Path):
                    env=dict(os.environ, FABREG_DB=str(alone)), capture_output=True)
     assert count(db) == count(alone)
     with sqlite3.connect(db) as conn:
-        dupes = conn.execute("SELECT COUNT(*) FROM (SELECT series_id, time FROM samples "
-                             "GROUP BY series_id, time HAVING COUNT(*) > 1)").fetchone()[0]
+        dupes = conn.execute("SELECT COUNT(*) FROM (SELECT 1 FROM samples v JOIN runs r "
+                             "ON r.id = v.run_id GROUP BY v.series_id, r.time "
+                             "HAVING COUNT(*) > 1)").fetchone()[0]
         mislinked = conn.execute("SELECT COUNT(*) FROM samples v LEFT JOIN runs r "
-                                 "ON r.id = v.run_id WHERE r.time IS NOT v.time").fetchone()[0]
-    assert dupes == 0 and mislinked == 0  # every value points at its own run
+                                 "ON r.id = v.run_id WHERE r.id IS NULL").fetchone()[0]
+    assert dupes == 0 and mislinked == 0  # every value points at a run of its own
     assert_days_indexed(db)
 
 

@@ -50,9 +50,11 @@ def test_migrate_keeps_every_table_of_the_second_layout(second_layout_store, run
         with sqlite3.connect(path) as conn:
             out = {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
                    for t in tables}
+            own_time = any(c[1] == "time" for c in conn.execute("PRAGMA table_info(samples)"))
             out["samples"] = conn.execute(
-                "SELECT series_id, time, run_id, value, band_id FROM samples "
-                "ORDER BY series_id, time, run_id").fetchall()
+                f"SELECT v.series_id, {'v' if own_time else 'r'}.time, v.run_id, v.value, "
+                "v.band_id FROM samples v JOIN runs r ON r.id = v.run_id "
+                "ORDER BY 1, 2, 3").fetchall()
             out["meta"] = conn.execute("SELECT * FROM meta WHERE key != 'schema_version' "
                                        "ORDER BY key").fetchall()
         return out
@@ -67,7 +69,8 @@ def test_migrate_keeps_every_table_of_the_second_layout(second_layout_store, run
         # in day order, each series' newest day and every day named
         assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'"
                             ).fetchone() == ("3",)
-        days = conn.execute("SELECT day, time FROM samples").fetchall()  # the table's order
+        days = conn.execute("SELECT v.day, r.time FROM samples v "  # in the table's order
+                            "CROSS JOIN runs r ON r.id = v.run_id").fetchall()
         assert [d for d, _ in days] == sorted(d for d, _ in days)
         assert all(d == int(t // 86400) for d, t in days)
         assert conn.execute("SELECT day FROM days ORDER BY day").fetchall() == sorted(

@@ -15,13 +15,15 @@ import json
 from fabreg.review.store import NEWEST_OF_DAY, Store
 
 #: Read from the store's documented tables (docs/trends.md, "Schema"): the newest sample of
-#: each series, with its run's attributes (a seek a series: ``newest_day`` names its day).
+#: each series, with its run's attributes (a seek a series: ``newest_day`` names its day, whose
+#: latest run is last).
 _NEWEST = f"""
 SELECT v.series_id, s.perfvar, r.attrs
 FROM newest_day n
 CROSS JOIN samples v ON {NEWEST_OF_DAY}
 JOIN series s ON s.id = v.series_id
 JOIN runs r ON r.id = v.run_id
+ORDER BY n.series_id, r.time, v.run_id
 """
 
 
@@ -29,7 +31,8 @@ def newest(store: Store) -> dict[int, str]:
     """Series id -> the check's verdict on the series' newest value, where it logged one."""
     parsed: dict[str, dict] = {}
     out: dict[int, str] = {}
-    for series_id, perfvar, attrs in store.conn.execute(_NEWEST):
+    latest = {row[0]: row for row in store.conn.execute(_NEWEST)}
+    for series_id, perfvar, attrs in latest.values():
         if not attrs or "verdicts" not in attrs:
             continue
         if attrs not in parsed:

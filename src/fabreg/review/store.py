@@ -2,16 +2,16 @@
 
 Layout (docs/trends.md): ``series`` names each series once (test, parameters,
 system, partition, environment, performance variable); ``samples`` is the long
-table of values, one narrow row each (day, series, time, run, value, band), kept in the
-order of the UTC day its value was measured, so that a night appended is written at the end
-of the table whatever the history before it (``days`` lists the days held, ``newest_day``
-each series' newest); ``bands`` holds
+table of values, one narrow row each (day, series, run, value, band: a value's time is its
+run's), kept in the order of the UTC day its value was measured, so that a night appended
+is written at the end of the table whatever the history before it (``days`` lists the days
+held, ``newest_day`` each series' newest); ``bands`` holds
 each distinct unit, reference, thresholds and result once, ``sources`` each input file once;
 ``sessions``/``run_sessions`` come from ReFrame's results DB; the ``long`` view joins them
 into one row per value; ``files`` holds how far each input file was read
 (:mod:`fabreg.review.filemarks`), written with the values it covers.
 
-Ingest is idempotent (a value is unique per series, time and run) and safe to
+Ingest is idempotent (a value is unique per series and run) and safe to
 run concurrently: WAL journal, a busy timeout, and one ``BEGIN IMMEDIATE``
 transaction per input file, so two ingests at once serialise instead of losing
 or duplicating values.
@@ -107,11 +107,10 @@ CREATE INDEX IF NOT EXISTS bands_by_content ON bands(unit, ref, lower_thres, upp
 CREATE TABLE IF NOT EXISTS samples(
     day INTEGER NOT NULL,
     series_id INTEGER NOT NULL REFERENCES series(id),
-    time REAL NOT NULL,
     run_id INTEGER NOT NULL REFERENCES runs(id),
     value REAL NOT NULL,
     band_id INTEGER NOT NULL REFERENCES bands(id),
-    PRIMARY KEY(day, series_id, time, run_id)
+    PRIMARY KEY(day, series_id, run_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS days(day INTEGER PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS newest_day(
@@ -130,7 +129,7 @@ CREATE TABLE IF NOT EXISTS run_sessions(
 );
 CREATE VIEW IF NOT EXISTS long AS
     SELECT s.test, s.params, s.system, s.partition, s.environ, s.perfvar,
-           v.time, v.value, b.unit, b.ref, b.lower_thres, b.upper_thres, b.result,
+           r.time, v.value, b.unit, b.ref, b.lower_thres, b.upper_thres, b.result,
            r.jobid, r.nodelist, COALESCE(r.session, l.session) AS session,
            x.extras AS session_extras, r.attrs AS run_attributes, f.path AS source
     FROM samples v CROSS JOIN series s ON s.id = v.series_id JOIN runs r ON r.id = v.run_id
@@ -394,6 +393,8 @@ class Store:
         self._latest_window: float | None = None
         #: run id -> session (``values_between``; None: not read yet)
         self._sessions: dict[int, str] | None = None
+        #: run id -> time (``_run_times``; None: not read yet)
+        self._times: np.ndarray | None = None
         if not self.path.exists() and not create:
             raise FabregError(f"no store at {self.path}: run 'fabreg ingest PATH' first "
                               "(or give --db / FABREG_DB)")
@@ -524,23 +525,23 @@ class Store:
                 run_ids, removed = self._run_ids(list(runs.values()), from_results_db)
                 ids = self._series_ids(samples)
                 bands = self._band_ids(samples)
-                # id(Run) -> (day, time, run id) of the runs whose samples this file owns
-                placed = {key: (day_of(runs[key].time), runs[key].time, rid)
-                          for key, rid in run_ids.items()}
+                # id(Run) -> (day, run id) of the runs whose samples this file owns
+                placed = {key: (day_of(runs[key].time), rid) for key, rid in run_ids.items()}
                 rows = []
                 for sid, band, s in zip(ids, bands, samples):
                     where = placed.get(id(s.run))
                     if where is not None:
-                        day, when, rid = where
-                        rows.append((day, sid, when, rid, s.value, band))
+                        day, rid = where
+                        rows.append((day, sid, rid, s.value, band))
                 rows.sort()  # the table's order: a night goes in at its end, in one pass
                 before = self.conn.total_changes
                 self.conn.executemany(
-                    "INSERT OR IGNORE INTO samples(day, series_id, time, run_id, value, "
-                    "band_id) VALUES(?,?,?,?,?,?)", rows)
+                    "INSERT OR IGNORE INTO samples(day, series_id, run_id, value, band_id) "
+                    "VALUES(?,?,?,?,?)", rows)
                 net = self.conn.total_changes - before - removed
                 self._note_days(rows)
-                self._forget_trend_states(rows)
+                self._forget_trend_states(rows, {rid: runs[key].time
+                                                 for key, rid in run_ids.items()})
                 count.added = max(0, net)
                 if net:
                     self.conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + ? "
@@ -841,18 +842,18 @@ class Store:
         Series lose what describes one run (the reference key it was judged by, the
         transport used); readers that need it per value read it here.
         """
-        sql = ("SELECT s.test, s.environ, s.perfvar, v.time, v.value, b.unit, r.run_key, "
+        sql = ("SELECT s.test, s.environ, s.perfvar, r.time, v.value, b.unit, r.run_key, "
                "r.attrs, s.partition FROM samples v CROSS JOIN series s ON s.id = v.series_id "
                "JOIN runs r ON r.id = v.run_id JOIN bands b ON b.id = v.band_id "
                "WHERE s.system = ?")
         args: list[object] = [system]
         if since is not None:
-            sql += " AND v.day >= ? AND v.time >= ?"
+            sql += " AND v.day >= ? AND r.time >= ?"
             args += [day_of(since), since]
         parsed: dict[str, dict[str, str]] = {}
         out = []
         for test, environ, perfvar, when, value, unit, run_key, attrs, part in self._query(
-                sql + " ORDER BY v.time, r.run_key, s.perfvar", args):
+                sql + " ORDER BY r.time, r.run_key, s.perfvar", args):
             if attrs not in parsed:
                 parsed[attrs] = json.loads(attrs or "{}")
             out.append(RunValue(test, environ, perfvar, when, value, unit, run_key,
@@ -897,7 +898,7 @@ class Store:
                     out[name] = found[0]
         return out
 
-    def _forget_trend_states(self, rows: list[tuple]) -> None:
+    def _forget_trend_states(self, rows: list[tuple], run_time: dict[int, float]) -> None:
         """A value older than the start of its series' trends window (a backfilled perflog)
         would never be read by ``trends --incremental``: that series is judged whole again."""
         if self._latest_window is None:  # once per store opened: a table scan
@@ -908,7 +909,8 @@ class Store:
             self._latest_window = -math.inf if latest is None else latest
         latest = self._latest_window
         early: dict[int, float] = {}
-        for _, sid, when, *_ in rows:
+        for _, sid, rid, *_ in rows:
+            when = run_time[rid]
             if when >= latest:  # a night appended: inside every window
                 continue
             if when < early.get(sid, math.inf):
@@ -1008,15 +1010,15 @@ class Store:
             self._sessions = self._runs_sessions()[0]
         sessions = self._sessions
         rows = self._query(
-            "SELECT s.test, s.params, s.system, s.partition, s.environ, s.perfvar, v.time, "
+            "SELECT s.test, s.params, s.system, s.partition, s.environ, s.perfvar, r.time, "
             "v.value, b.unit, b.ref, b.lower_thres, b.upper_thres, b.result, r.jobid, "
             "r.nodelist, r.id, f.path "
-            "FROM days d CROSS JOIN samples v ON v.day = d.day AND v.time >= ? AND v.time < ? "
+            "FROM days d CROSS JOIN samples v ON v.day = d.day "
             "CROSS JOIN series s ON s.id = v.series_id "
             "JOIN runs r ON r.id = v.run_id JOIN bands b ON b.id = v.band_id "
-            "LEFT JOIN sources f ON f.id = r.source_id "
-            "WHERE d.day BETWEEN ? AND ? AND s.system = ? ORDER BY v.time, s.id",
-            (start, end, day_of(start), day_of(end), system))
+            "LEFT JOIN sources f ON f.id = r.source_id WHERE d.day BETWEEN ? AND ? "
+            "AND r.time >= ? AND r.time < ? AND s.system = ? ORDER BY r.time, s.id",
+            (day_of(start), day_of(end), start, end, system))
         return [(*row[:15], sessions[row[15]], row[16]) for row in rows]
 
     def load(self, ids: Iterable[int] | None = None, since: float | None = None,
@@ -1028,19 +1030,20 @@ class Store:
             ranges = self.series_ranges(LOADED_AT_ONCE)
             return self._load(self._range_columns(first, last) for first, last in ranges)
         # the days of the range, and in each the series asked for (a seek each) or all
-        low = -math.inf if since is None else since
-        high = math.inf if until is None else until
-        args: list[object] = [low, high]
+        args: list[object] = []
         where = ""
         if ids is not None:
             where = "AND v.series_id IN (SELECT value FROM json_each(?)) "
             args.append(json.dumps(sorted(set(ids))))
         args += [-2**62 if since is None else day_of(since),
                  2**62 if until is None else day_of(until)]
-        sql = ("SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM days d "
-               "CROSS JOIN samples v ON v.day = d.day AND v.time BETWEEN ? AND ? "
+        sql = (f"SELECT {VALUE_COLUMNS} FROM days d CROSS JOIN samples v ON v.day = d.day "
                f"{where}WHERE d.day BETWEEN ? AND ?")
-        return self._load([self._columns(sql, args)], ids)
+        columns = self._columns(sql, args)
+        low = -math.inf if since is None else since
+        high = math.inf if until is None else until
+        inside = (columns[1] >= low) & (columns[1] <= high)
+        return self._load([columns if inside.all() else [c[inside] for c in columns]], ids)
 
     def series_ranges(self, size: int) -> list[tuple[int, int]]:
         """The stored series' ids cut into ranges (first, last) of ``size`` series."""
@@ -1076,12 +1079,12 @@ class Store:
         10,000-node sweep has 450,000 links and a handful of distinct other parameters,
         each parsed once: :mod:`fabreg.review.link_params`)."""
         sql = ("SELECT s.id, s.test, s.system, s.partition, s.environ, s.perfvar, s.params, "
-               "v.time, r.jobid, v.value FROM newest_day n CROSS JOIN samples v "
+               "r.time, r.jobid, v.value FROM newest_day n CROSS JOIN samples v "
                f"ON {NEWEST_OF_DAY} CROSS JOIN series s ON s.id = n.series_id "
-               "JOIN runs r ON r.id = v.run_id ORDER BY n.series_id, v.run_id")
+               "JOIN runs r ON r.id = v.run_id ORDER BY n.series_id, r.time, v.run_id")
         reader = ParamsReader()
         with collector_paused():
-            # of two values at the same time, the later run's (as load)
+            # the newest run's of its newest day; of two at the same time, the later run's
             newest = {row[0]: row for row in self._query(sql)}
             # a sweep's links share a handful of keys: each made once
             keys: dict[tuple, SeriesKey] = {}
@@ -1186,28 +1189,45 @@ class Store:
         return self._columns(RANGE, (first, last, day))
 
     def _columns(self, sql: str, args: Sequence[object]) -> list[np.ndarray]:
-        """The values ``sql`` selects (series id, time, run id, value, band id; in any
-        order) as columns by series, time and run."""
+        """The values ``sql`` selects (``VALUE_COLUMNS``, in any order) as columns (series
+        id, time, run id, value, band id) by series, time and run: a value's time is its
+        run's."""
         import numpy as np  # the readers only (see the imports)
 
         try:
             parts = list(self._column_batches(sql, args))
+            run_time = self._run_times()
         except sqlite3.Error as err:
             raise self._error(err) from None
         if not parts:
             return [np.empty(0, dtype=t) for t in COLUMN_TYPES]
-        columns = [np.concatenate(c) for c in zip(*parts)] if len(parts) > 1 else parts[0]
-        order = np.lexsort((columns[2], columns[1], columns[0]))
-        return [c[order] for c in columns]
+        sid, run, value, band = ([np.concatenate(c) for c in zip(*parts)] if len(parts) > 1
+                                 else parts[0])
+        when = run_time[run]
+        order = np.lexsort((run, when, sid))
+        return [c[order] for c in (sid, when, run, value, band)]
 
     def _column_batches(self, sql: str, args: Sequence[object]) -> Iterator[list[np.ndarray]]:
         """The rows ``sql`` selects as columns, 50,000 rows at a time."""
         import numpy as np  # the readers only (see the imports)
 
+        types = [COLUMN_TYPES[i] for i in (0, 2, 3, 4)]
         cursor = self.conn.execute(sql, args)
         with collector_paused():
             while rows := cursor.fetchmany(50000):
-                yield [np.array(c, dtype=t) for c, t in zip(zip(*rows), COLUMN_TYPES)]
+                yield [np.array(c, dtype=t) for c, t in zip(zip(*rows), types)]
+
+    def _run_times(self) -> np.ndarray:
+        """Each run's time by run id (NaN: no run), read again when runs were added."""
+        import numpy as np  # the readers only (see the imports)
+
+        (last,) = self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM runs").fetchone()
+        if self._times is None or len(self._times) <= last:
+            times = np.full(last + 1, np.nan)
+            for rid, when in self.conn.execute("SELECT id, time FROM runs"):
+                times[rid] = when
+            self._times = times
+        return self._times
 
     def _series_keys(self, ids: Iterable[int] | None = None) -> dict[int, SeriesKey]:
         """Every series' key by id (``ids``: those series' only); a sweep's links' shared
@@ -1223,23 +1243,25 @@ class Store:
                         "SELECT id, test, system, partition, environ, perfvar, params "
                         "FROM series" + where, args)}
 
+
 #: The types of the value columns the readers take in (series id, time, run id, value, band).
 COLUMN_TYPES = ("int64", "float64", "int64", "float64", "int64")
 
+#: What the value readers select of ``samples v`` (``Store._columns`` adds each run's time).
+VALUE_COLUMNS = "v.series_id, v.run_id, v.value, v.band_id"
+
 #: Every value of the series with ids in a range, from a day on (``Store._range_columns``):
 #: one range of the table's key in each day.
-RANGE = ("SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM days d "
+RANGE = (f"SELECT {VALUE_COLUMNS} FROM days d "
          "CROSS JOIN samples v ON v.day = d.day AND v.series_id BETWEEN ? AND ? "
          "WHERE d.day >= ?")
 
-#: A series' newest value: in the day ``newest_day`` names (``n``), at its latest time.
-NEWEST_OF_DAY = ("v.day = n.day AND v.series_id = n.series_id AND v.time = "
-                 "(SELECT MAX(m.time) FROM samples m WHERE m.day = n.day "
-                 "AND m.series_id = n.series_id)")
+#: A series' values of its newest day (``newest_day n``): its newest value is the one of
+#: the latest run among them (of two at that time, the later run's).
+NEWEST_OF_DAY = "v.day = n.day AND v.series_id = n.series_id"
 
-#: Every series' newest value (of two at that time, both: the reader keeps the later run's).
-NEWEST = ("SELECT v.series_id, v.time, v.run_id, v.value, v.band_id FROM newest_day n "
-          f"CROSS JOIN samples v ON {NEWEST_OF_DAY} ORDER BY n.series_id, v.time, v.run_id")
+#: Every series' values of its newest day (the reader keeps the newest).
+NEWEST = f"SELECT {VALUE_COLUMNS} FROM newest_day n CROSS JOIN samples v ON {NEWEST_OF_DAY}"
 
 #: Series ``Store.load`` reads and makes into series at a time.
 LOADED_AT_ONCE = 50000

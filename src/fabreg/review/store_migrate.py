@@ -4,7 +4,7 @@ The first layout kept a value's unit, reference, thresholds and result in its ow
 run the path of its file and a unique index on its whole key, and each sweep run its whole
 pair table beside the link series that hold its figures: about 120 bytes a value. The
 second kept the values in series order, so that each night appended rewrote nearly every
-page of the table. The current one (:mod:`fabreg.review.store`) keeps those once each and
+page of the table. The current one (:mod:`fabreg.review.store`) keeps those once each, and
 its values in day order. Migration copies every table into a new file beside the store,
 with the same series and run ids, checks that every value and run arrived, and only then
 puts the new file in the store's place; the old file stays beside it as
@@ -127,13 +127,13 @@ def _copy_first_layout(new: sqlite3.Connection, total: int,
     step = max(1, last * CHUNK // max(total, 1))
     while low <= last:  # by ranges of series ids, in the old primary key's order
         new.execute(
-            "INSERT INTO samples(day, series_id, time, run_id, value, band_id) "
-            f"SELECT {day_sql('v.time')}, v.series_id, v.time, v.run_id, v.value, b.id "
-            "FROM o.samples v "
+            "INSERT INTO samples(day, series_id, run_id, value, band_id) "
+            f"SELECT {day_sql('v.time')}, v.series_id, v.run_id, v.value, b.id "
+            "FROM o.samples v JOIN o.runs r ON r.id = v.run_id AND r.time = v.time "
             "JOIN bands b ON b.unit IS v.unit AND b.ref IS v.ref "
             "AND b.lower_thres IS v.lower_thres AND b.upper_thres IS v.upper_thres "
             "AND b.result IS v.result WHERE v.series_id >= ? AND v.series_id < ? "
-            "ORDER BY 1, 2, 3, 4", (low, low + step))
+            "ORDER BY 1, 2, 3", (low, low + step))
         low += step
         done = new.execute("SELECT changes()").fetchone()[0] + done
         if progress is not None:
@@ -159,9 +159,10 @@ def _copy_second_layout(new: sqlite3.Connection, tables: set[str], total: int,
     for i in range(0, len(days), step):  # runs of one day have their values on that day
         first, last = days[i], days[min(i + step, len(days)) - 1]
         new.execute(
-            "INSERT INTO samples(day, series_id, time, run_id, value, band_id) "
-            f"SELECT {day_sql('time')}, series_id, time, run_id, value, band_id "
-            "FROM o.samples WHERE time >= ? AND time < ? ORDER BY 1, 2, 3, 4",
+            "INSERT INTO samples(day, series_id, run_id, value, band_id) "
+            f"SELECT {day_sql('v.time')}, v.series_id, v.run_id, v.value, v.band_id "
+            "FROM o.samples v JOIN o.runs r ON r.id = v.run_id AND r.time = v.time "
+            "WHERE v.time >= ? AND v.time < ? ORDER BY 1, 2, 3",
             (first * DAY_SECONDS, (last + 1) * DAY_SECONDS))
         done = new.execute("SELECT changes()").fetchone()[0] + done
         if progress is not None:
@@ -202,7 +203,8 @@ def _copy(path: Path, work: Path, version: int, tables: set[str],
         old_runs = new.execute("SELECT COUNT(*) FROM o.runs").fetchone()[0]
         if done != total or runs != old_runs:
             raise FabregError(f"migration of {path} copied {done} of {total} values and "
-                              f"{runs} of {old_runs} runs: the store is left as it was")
+                              f"{runs} of {old_runs} runs (a value's time must be its run's): "
+                              "the store is left as it was")
         new.execute("COMMIT")
         new.execute("DETACH DATABASE o")
         new.execute("PRAGMA wal_checkpoint(TRUNCATE)")
