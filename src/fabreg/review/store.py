@@ -729,10 +729,17 @@ class Store:
         out: dict[tuple, int] = {}
         stored = self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM series").fetchone()[0]
         if stored and 2 * len(keys) >= stored:
+            heads = {columns[:4] for columns in keys.values()}
             with collector_paused():
-                by_columns = {row[:6]: row[6] for row in self.conn.execute(
-                    "SELECT test, system, partition, environ, perfvar, params, id "
-                    "FROM series")}
+                if len(heads) == 1:  # one test on one system (a sweep): by its other columns
+                    (head,) = heads
+                    by_columns = {head + row[:2]: row[2] for row in self.conn.execute(
+                        "SELECT perfvar, params, id FROM series WHERE test = ? AND system = ? "
+                        "AND partition = ? AND environ = ?", head)}
+                else:
+                    by_columns = {row[:6]: row[6] for row in self.conn.execute(
+                        "SELECT test, system, partition, environ, perfvar, params, id "
+                        "FROM series")}
                 for key, columns in keys.items():
                     found = by_columns.get(columns)
                     if found is not None:
@@ -1263,8 +1270,9 @@ NEWEST_OF_DAY = "v.day = n.day AND v.series_id = n.series_id"
 #: Every series' values of its newest day (the reader keeps the newest).
 NEWEST = f"SELECT {VALUE_COLUMNS} FROM newest_day n CROSS JOIN samples v ON {NEWEST_OF_DAY}"
 
-#: Series ``Store.load`` reads and makes into series at a time.
-LOADED_AT_ONCE = 50000
+#: Series ``Store.load`` reads and makes into series at a time (their values read at once
+#: and sorted: a 10,000-node sweep of 62 nights, 0.6 M values).
+LOADED_AT_ONCE = 10000
 
 
 @dataclass
