@@ -64,6 +64,8 @@ SCHEMA_VERSION = 3
 
 #: Seconds in the days ``samples`` is ordered by (UTC, from the epoch).
 DAY_SECONDS = 86400
+#: A day beyond any stored one, either way: a day range left open.
+ANY_DAY = 2**62
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS series(
@@ -525,8 +527,10 @@ class Store:
                 run_ids, removed = self._run_ids(list(runs.values()), from_results_db)
                 ids = self._series_ids(samples)
                 bands = self._band_ids(samples)
-                # id(Run) -> (day, run id) of the runs whose samples this file owns
-                placed = {key: (day_of(runs[key].time), rid) for key, rid in run_ids.items()}
+                # run id -> time, and id(Run) -> (day, run id), of the runs whose samples
+                # this file owns
+                run_time = {rid: runs[key].time for key, rid in run_ids.items()}
+                placed = {key: (day_of(run_time[rid]), rid) for key, rid in run_ids.items()}
                 rows = []
                 for sid, band, s in zip(ids, bands, samples):
                     where = placed.get(id(s.run))
@@ -540,8 +544,7 @@ class Store:
                     "VALUES(?,?,?,?,?)", rows)
                 net = self.conn.total_changes - before - removed
                 self._note_days(rows)
-                self._forget_trend_states(rows, {rid: runs[key].time
-                                                 for key, rid in run_ids.items()})
+                self._forget_trend_states(rows, run_time)
                 count.added = max(0, net)
                 if net:
                     self.conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + ? "
@@ -1042,8 +1045,8 @@ class Store:
         if ids is not None:
             where = "AND v.series_id IN (SELECT value FROM json_each(?)) "
             args.append(json.dumps(sorted(set(ids))))
-        args += [-2**62 if since is None else day_of(since),
-                 2**62 if until is None else day_of(until)]
+        args += [-ANY_DAY if since is None else day_of(since),
+                 ANY_DAY if until is None else day_of(until)]
         sql = (f"SELECT {VALUE_COLUMNS} FROM days d CROSS JOIN samples v ON v.day = d.day "
                f"{where}WHERE d.day BETWEEN ? AND ?")
         columns = self._columns(sql, args)
@@ -1192,7 +1195,7 @@ class Store:
                        ) -> list[np.ndarray]:
         """Every value of the series with ids ``first`` to ``last`` (from the day of
         ``since`` on) as columns by series and time: a range of ids in each day."""
-        day = -2**62 if since == -math.inf else day_of(since)
+        day = -ANY_DAY if since == -math.inf else day_of(since)
         return self._columns(RANGE, (first, last, day))
 
     def _columns(self, sql: str, args: Sequence[object]) -> list[np.ndarray]:
