@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fabreg.review import store as store_module
-from fabreg.review.perflog import Run, Sample
+from fabreg.review.perflog import Run, Sample, link_samples
 from fabreg.review.store import Store, derive_sessions
 from fabreg.review.synthetic import generate
 
@@ -205,6 +205,67 @@ def test_a_series_key_is_written_as_json_writes_it(params, test, system, part, e
     assert store_module._key_text(prefix, var) == json.dumps(
         [test, params, system, part, environ, var], separators=(",", ":"))
     assert params_text == json.dumps(dict(params), sort_keys=True)
+
+
+@given(st.lists(st.tuples(st.text().filter(lambda n: n not in ("node_a", "node_b")), st.text()),
+                unique_by=lambda p: p[0]),
+       st.text(min_size=1), st.text(min_size=1))
+def test_a_links_parameters_are_written_as_json_writes_them(params, a, b):
+    """A sweep's links' stored parameters are made from one template of the sweep's: each
+    must be the text of its own parameters, whatever names sort around ``node_a`` and
+    ``node_b``."""
+    sweep = tuple(sorted(params))
+    link = tuple(sorted({**dict(params), "node_a": a, "node_b": b}.items()))
+    run_texts = store_module._RunTexts()
+    left, middle, right = run_texts.link_params(sweep)
+    text = left + store_module._json_str(a) + middle + store_module._json_str(b) + right
+    assert text == run_texts.params_text(link) == json.dumps(dict(link), sort_keys=True)
+
+
+def _sweep_run(when: float, params: dict[str, str], links: list[tuple[str, str]],
+               bandwidth: float) -> list[Sample]:
+    """A sweep run's own value and its links' (``link_samples``), as a perflog line gives."""
+    table = {"fields": ["round", "pattern", "node_a", "node_b", "bandwidth", "latency"],
+             "rows": [[1, "xor", a, b, bandwidth, 2.0] for a, b in links]}
+    run = Run(when, "Sweep", params, "sys", "p", "e", jobid=str(int(when)),
+              attrs={"pair_table": json.dumps(table)})
+    return [Sample(run, "pairs", float(len(links)), ""), *link_samples(run)]
+
+
+def test_a_sweeps_links_join_their_series_night_after_night(tmp_path: Path, monkeypatch):
+    """A sweep's links keep one series each, night after night, whichever way the store
+    finds them: by their columns (a whole night), by their hash (a night of one link, and
+    every key sharing one hash), and alongside the same link spelled out as parameters."""
+    params = {"mpi": "é", "node_ab": "between", "transport": "tcp"}
+    links = [("nid1", "nid2"), ("nid2", "nid1"), ("nœud", 'n"3')]
+    nights = [_sweep_run(1000.0 + 86400 * n, params, links, 100.0 + n) for n in range(3)]
+    nights.append(_sweep_run(1000.0 + 86400 * 3, params, links[:1], 103.0))
+    for night, value in ((0, 99.0), (4, 104.0)):  # new in one file, then stored
+        spelled = Run(1000.0 + 86400 * night, "Sweep",
+                      {**params, "node_a": "nid1", "node_b": "nid2"}, "sys", "p", "e",
+                      jobid="x")
+        if night == 0:
+            nights[0].append(Sample(spelled, "link_bandwidth", value, "MB/s"))
+        else:
+            nights.append([*_sweep_run(1000.0 + 86400 * 4, params, links[:1], 104.0),
+                           Sample(spelled, "link_bandwidth", value, "MB/s")])
+    for hashing in ("own", "one for all"):
+        if hashing == "one for all":
+            monkeypatch.setattr(store_module, "key_hash", lambda text: 7)
+        db = tmp_path / f"{hashing}.db"
+        for night in nights:
+            with Store(db) as store:
+                store.add(night)
+        with Store(db, create=False) as store:
+            series = {(s.key.perfvar, s.key.params): s for s in store.load()}
+        assert len(series) == 1 + 2 * len(links), sorted(series)
+        for a, b in links:
+            key = tuple(sorted({**params, "node_a": a, "node_b": b}.items()))
+            values = sorted(series[("link_bandwidth", key)].value)
+            assert values == ([99.0, 100.0, 101.0, 102.0, 103.0, 104.0, 104.0] if a == "nid1"
+                              else [100.0, 101.0, 102.0]), (a, b, values)
+            assert list(series[("link_latency", key)].value) == [2.0] * (
+                5 if a == "nid1" else 3)
 
 
 def test_a_long_attribute_the_same_every_night_is_stored_once(tmp_path: Path):

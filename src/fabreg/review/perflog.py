@@ -96,13 +96,15 @@ class Run:
     """One test-case run: what a perflog line says besides its values."""
 
     __slots__ = ("time", "test", "params", "system", "partition", "environ", "jobid",
-                 "nodelist", "display_name", "session", "source", "param_key", "key", "attrs")
+                 "nodelist", "display_name", "session", "source", "param_key", "key", "attrs",
+                 "link")
 
     def __init__(self, time: float, test: str, params: dict[str, str], system: str,
                  partition: str, environ: str, jobid: str = "", nodelist: str = "",
                  display_name: str = "", session: str | None = None, source: str = "",
                  param_key: tuple[tuple[str, str], ...] | None = None,
-                 attrs: dict[str, str] | None = None) -> None:
+                 attrs: dict[str, str] | None = None, key: str | None = None,
+                 link: tuple[Run, str, str] | None = None) -> None:
         self.time = time  # unix seconds, UTC, truncated to the second
         self.test = test  # base name, without parameters
         self.params = params
@@ -115,8 +117,13 @@ class Run:
         self.session = session
         self.source = source
         self.param_key = param_key if param_key is not None else tuple(sorted(params.items()))
-        self.key = run_key(self.display_name, system, partition, environ, jobid, time)
+        self.key = key if key is not None else run_key(
+            self.display_name, system, partition, environ, jobid, time)
         self.attrs = attrs or {}  # non-identifying attributes of this run
+        #: A link of a sweep run (:func:`link_samples`): that run and the link's two nodes,
+        #: its parameters being the sweep's plus ``node_a``/``node_b``. The store builds the
+        #: texts of a sweep's 150,000 links from the sweep's own, once.
+        self.link = link
 
     def __repr__(self) -> str:
         return f"Run({self.key!r})"
@@ -662,6 +669,7 @@ def demote_run_only(samples: Iterable[Sample], columns: Collection[str]) -> None
         run.params = {k: v for k, v in run.params.items() if k not in moved}
         run.param_key = tuple(sorted(run.params.items()))
         run.attrs = {**run.attrs, **moved}
+        run.link = None  # its parameters are no longer its sweep's plus two nodes
 
 
 def _pair_rows(text: str) -> list[dict[str, object]]:
@@ -719,17 +727,17 @@ def link_samples(run: Run) -> list[Sample]:
     if not text:
         return []
     rows = _pair_rows(text)
-    out: list[Sample] = []
-    links: dict[tuple[str, str], Run] = {}
     for row in rows:
-        a, b = str(row.get("node_a", "")), str(row.get("node_b", ""))
-        if not a or not b:
+        if not str(row.get("node_a", "")) or not str(row.get("node_b", "")):
             raise ValueError(f"{PAIR_TABLE} row without node_a/node_b: {row}")
     # One attributes dict for the run and its links: whichever the store keeps has the rounds.
     kept = run.attrs = without_pair_table(run.attrs, rows)
     base = run.param_key
     placed = "node_a" not in run.params and "node_b" not in run.params
+    out: list[Sample] = []
+    links: dict[tuple[str, str], Run] = {}
     perfvars: dict[str, list[tuple[str, str, str]]] = {}  # pattern -> (metric, perfvar, unit)
+    finite = math.isfinite
     for row in rows:
         a, b = str(row["node_a"]), str(row["node_b"])
         link = links.get((a, b))
@@ -738,7 +746,8 @@ def link_samples(run: Run) -> list[Sample]:
             link = links[(a, b)] = Run(
                 run.time, run.test, params, run.system, run.partition, run.environ, run.jobid,
                 run.nodelist, run.display_name, run.session, run.source,
-                param_key=_link_param_key(base, a, b) if placed else None, attrs=kept)
+                param_key=_link_param_key(base, a, b) if placed else None, attrs=kept,
+                key=run.key, link=(run, a, b) if placed else None)
         pattern = str(row.get("pattern", ""))
         names = perfvars.get(pattern)
         if names is None:
@@ -746,7 +755,8 @@ def link_samples(run: Run) -> list[Sample]:
                                          for metric, unit in PAIR_METRIC_UNITS.items()]
         for metric, perfvar, unit in names:
             value = row.get(metric)
-            if isinstance(value, (int, float)) and math.isfinite(value):
+            if (type(value) is float or type(value) is int
+                    or isinstance(value, (int, float))) and finite(value):
                 out.append(Sample(link, perfvar, float(value), unit))
     return out
 

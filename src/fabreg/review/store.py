@@ -19,6 +19,7 @@ or duplicating values.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import json.encoder
@@ -290,6 +291,23 @@ class _RunTexts(dict):
         if pairs is None:
             return json.dumps(dict(params), sort_keys=True)
         return "{" + ", ".join([p[1] for p in pairs]) + "}"
+
+    def link_params(self, sweep: tuple[tuple[str, str], ...]) -> tuple[str, str, str] | None:
+        """The stored parameters of a sweep's links, whose parameters are the sweep's
+        (``sweep``, sorted, without ``node_a``/``node_b``) and the link's two nodes: (left,
+        middle, right) such that ``left + A + middle + B + right`` is ``params_text`` of a
+        link, A and B being its nodes' JSON strings. None where ``params_text`` would not join
+        pairs (a value that is not a string)."""
+        pairs = self._pairs(sweep)
+        if pairs is None:
+            return None
+        i = bisect.bisect_left(sweep, ("node_a",))
+        j = bisect.bisect_left(sweep, ("node_b",), i)
+        texts = [p[1] for p in pairs]
+        left = "{" + "".join(f"{t}, " for t in texts[:i]) + '"node_a": '
+        middle = "".join(f", {t}" for t in texts[i:j]) + ', "node_b": '
+        right = "".join(f", {t}" for t in texts[j:]) + "}"
+        return left, middle, right
 
     def prefix(self, test: str, params: tuple[tuple[str, str], ...], system: str,
                partition: str, environ: str) -> str:
@@ -687,42 +705,68 @@ class Store:
     def _series_ids(self, samples: Sequence[Sample]) -> list[int]:
         """The series id of each sample, creating series as needed: a few batched statements
         per file, whatever the number of series (a night appended costs little)."""
-        # key (test, param_key, system, partition, environ, perfvar) -> its row's columns
-        # (test, system, partition, environ, perfvar, params as stored)
-        keys: dict[tuple, tuple] = {}
+        # short key -> the series' key (test, param_key, system, partition, environ, perfvar)
+        # and its row's columns (test, system, partition, environ, perfvar, params as stored).
+        # The short key of a sweep's link (``Run.link``) names its sweep by a number and
+        # the link by its nodes: a night of a 10,000-node sweep has 450,000 of them.
+        keys: dict[tuple, tuple[tuple, tuple]] = {}
+        sweeps: dict[tuple, int] = {}  # a sweep's key but its variable -> its number
         per_sample = []
-        last_run = None
+        last_run = last_sweep = None
         base: tuple = ()
         run_texts = _RunTexts()
         head: tuple = ()
+        template: tuple[str, str, str] | None = None
         for sample in samples:
             run = sample.run
             if run is not last_run:  # samples of one run come together
-                base = (run.test, run.param_key, run.system, run.partition, run.environ)
-                head = (run.test, run.system, run.partition, run.environ)
-                params = run_texts.params_text(run.param_key)
                 last_run = run
-            ckey = (*base, sample.perfvar)
-            if ckey not in keys:
-                keys[ckey] = (*head, sample.perfvar, params)
-            per_sample.append(ckey)
+                link = run.link
+                if link is not None and link[0] is not last_sweep:
+                    last_sweep = sweep = link[0]
+                    template = run_texts.link_params(sweep.param_key)
+                    number = sweeps.setdefault((sweep.test, sweep.param_key, sweep.system,
+                                                sweep.partition, sweep.environ), len(sweeps))
+                if link is None or template is None:
+                    full = (run.test, run.param_key, run.system, run.partition, run.environ)
+                    base = (None, *full)
+                    params = run_texts.params_text(run.param_key)
+                else:
+                    full = (run.test, run.param_key, run.system, run.partition, run.environ)
+                    base = (number, link[1], link[2])
+                    left, middle, right = template
+                    params = (f"{left}{_json_str(link[1])}{middle}{_json_str(link[2])}"
+                              f"{right}")
+                head = (run.test, run.system, run.partition, run.environ)
+            short = (*base, sample.perfvar)
+            if short not in keys:
+                keys[short] = ((*full, sample.perfvar), (*head, sample.perfvar, params))
+            per_sample.append(short)
         ids = self._lookup_series(keys, run_texts)
-        missing = [ckey for ckey in keys if ckey not in ids]
+        missing = [short for short in keys if short not in ids]
         if missing:
+            new: dict[tuple, int] = {}  # columns -> id: one series reached by two short keys
+            rows = []
             # Under our write lock SQLite numbers new rows max(id) + 1, + 2, ... in order.
             last_id = self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM series").fetchone()[0]
+            for short in missing:
+                key, columns = keys[short]
+                found = new.get(columns)
+                if found is None:
+                    found = new[columns] = last_id + 1 + len(rows)
+                    rows.append((found, key_hash(_key_text(run_texts.prefix(*key[:5]), key[5])),
+                                 *columns))
+                ids[short] = found
             self.conn.executemany(
                 "INSERT INTO series(id, key_hash, test, system, partition, environ, perfvar, "
-                "params) VALUES(?,?,?,?,?,?,?,?)",
-                [(last_id + 1 + i, key_hash(_key_text(run_texts.prefix(*k[:5]), k[5])),
-                  *keys[k]) for i, k in enumerate(missing)])
-            ids.update({k: last_id + 1 + i for i, k in enumerate(missing)})
-        return [ids[ckey] for ckey in per_sample]
+                "params) VALUES(?,?,?,?,?,?,?,?)", rows)
+        return [ids[short] for short in per_sample]
 
-    def _lookup_series(self, keys: dict[tuple, tuple], run_texts: _RunTexts
+    def _lookup_series(self, keys: dict[tuple, tuple[tuple, tuple]], run_texts: _RunTexts
                        ) -> dict[tuple, int]:
-        """Stored series ids of the keys stored. ``keys``: key tuple (test, params, system,
-        partition, environ, perfvar) -> its row's columns as written (``_series_ids``).
+        """Stored series ids of the keys stored, by short key. ``keys``: short key -> the key
+        (test, params, system, partition, environ, perfvar) and its row's columns as written
+        (``_series_ids``).
 
         Found by those columns where the keys are half the stored series or more (a night of
         a sweep: every link again; the table read in order costs less than hashing each key
@@ -732,37 +776,40 @@ class Store:
         out: dict[tuple, int] = {}
         stored = self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM series").fetchone()[0]
         if stored and 2 * len(keys) >= stored:
-            heads = {columns[:4] for columns in keys.values()}
             with collector_paused():
-                if len(heads) == 1:  # one test on one system (a sweep): by its other columns
-                    (head,) = heads
-                    by_columns = {head + row[:2]: row[2] for row in self.conn.execute(
-                        "SELECT perfvar, params, id FROM series WHERE test = ? AND system = ? "
-                        "AND partition = ? AND environ = ?", head)}
-                else:
-                    by_columns = {row[:6]: row[6] for row in self.conn.execute(
-                        "SELECT test, system, partition, environ, perfvar, params, id "
-                        "FROM series")}
-                for key, columns in keys.items():
-                    found = by_columns.get(columns)
-                    if found is not None:
-                        out[key] = found
-                del by_columns
+                out.update(self._by_columns(keys))
         # hash -> (the row's columns as written, the key) of each key with it
-        wanted: dict[int, list[tuple[tuple, tuple]]] = {}
-        for key, columns in keys.items():
-            if key not in out:
+        wanted: dict[int, list[tuple[tuple, tuple, tuple]]] = {}
+        for short, (key, columns) in keys.items():
+            if short not in out:
                 text = _key_text(run_texts.prefix(*key[:5]), key[5])
-                wanted.setdefault(key_hash(text), []).append((columns, key))
+                wanted.setdefault(key_hash(text), []).append((columns, key, short))
         if not wanted or not stored:
             return out
         for row in self._series_rows(list(wanted), stored):
-            for columns, key in wanted.get(row[0], ()):
+            for columns, key, short in wanted.get(row[0], ()):
                 if (row[1:7] == columns
                         or (row[1:6] == columns[:5]
                             and tuple(sorted(json.loads(row[6]).items())) == key[1])):
-                    out[key] = row[7]
+                    out[short] = row[7]
         return out
+
+    def _by_columns(self, keys: dict[tuple, tuple[tuple, tuple]]
+                    ) -> Iterator[tuple[tuple, int]]:
+        """(short key, id) of the stored ones of these keys, found by their columns."""
+        heads = {columns[:4] for _, columns in keys.values()}
+        if len(heads) == 1:  # one test on one system: by its other columns
+            (head,) = heads
+            by_columns = {head + row[:2]: row[2] for row in self.conn.execute(
+                "SELECT perfvar, params, id FROM series WHERE test = ? AND system = ? "
+                "AND partition = ? AND environ = ?", head)}
+        else:
+            by_columns = {row[:6]: row[6] for row in self.conn.execute(
+                "SELECT test, system, partition, environ, perfvar, params, id FROM series")}
+        for short, (_, columns) in keys.items():
+            found = by_columns.get(columns)
+            if found is not None:
+                yield short, found
 
     def _series_rows(self, hashes: list[int], stored: int) -> Iterator[tuple]:
         """The stored series rows (hash, test, system, partition, environ, perfvar, params,
