@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from fabreg.cli.store_option import add_db_argument, db_path
@@ -94,7 +95,7 @@ def _read_perflog(store: Store, path: Path, marks: filemarks.MarkIndex, reread: 
     count, problems, lines = IngestCount(), [], 0
     layouts: dict[str, int] = {}
     header, first_line = new.header, new.first_line
-    done = 0
+    done = done_lines = 0
     for piece in _pieces(new.data):
         with collector_paused():  # a piece is hundreds of thousands of values and keys
             chunk = perflog.read_perflog_bytes(piece, str(path), header, first_line, formats)
@@ -102,7 +103,8 @@ def _read_perflog(store: Store, path: Path, marks: filemarks.MarkIndex, reread: 
             # the file's mark with each piece: an ingest cut short (a year of sweeps in one
             # file takes many minutes) resumes after the last piece it stored
             done += len(piece)
-            added = store.add(chunk.samples, mark=new.mark(chunk.header, done))
+            done_lines += piece.count(b"\n")
+            added = store.add(chunk.samples, mark=new.mark(chunk.header, done, done_lines))
         count.added += added.added
         count.seen += added.seen
         count.sessions += added.sessions
@@ -127,20 +129,19 @@ def _read_perflog(store: Store, path: Path, marks: filemarks.MarkIndex, reread: 
 PIECE_BYTES = 8 << 20
 
 
-def _pieces(data: bytes, limit: int | None = None) -> list[bytes]:
+def _pieces(data: bytes, limit: int | None = None) -> Iterator[bytes]:
     """``data`` (complete lines) cut after a line end about every ``limit`` bytes (default
     ``PIECE_BYTES``); a line longer than that is a piece of its own. At least one piece,
-    maybe empty."""
+    maybe empty. One at a time: a year of 10,000-node sweeps is a 3 GB perflog."""
     limit = PIECE_BYTES if limit is None else limit
-    out, start = [], 0
+    start = 0
     while len(data) - start > limit:
         cut = data.rfind(b"\n", start, start + limit) + 1
         if cut <= start:  # one line longer than the limit
             cut = data.index(b"\n", start + limit) + 1
-        out.append(data[start:cut])
+        yield data[start:cut]
         start = cut
-    out.append(data[start:])
-    return out
+    yield data[start:]
 
 
 def _changed_whole_file(path: Path, marks: filemarks.MarkIndex, reread: bool,

@@ -92,9 +92,10 @@ class NewBytes:
     def lines(self) -> int:
         return self.data.count(b"\n")
 
-    def mark(self, header: str, upto: int) -> FileMark:
+    def mark(self, header: str, upto: int, lines: int | None = None) -> FileMark:
         """The mark after parsing the first ``upto`` bytes of ``data`` (whole lines: an ingest
-        that stops after them resumes there); ``header`` is the header line in force then."""
+        that stops after them resumes there); ``header`` is the header line in force then;
+        ``lines``: the lines in those bytes, when the caller counted them piece by piece."""
         if upto == len(self.data):
             tail = self.tail_digest
         elif upto >= TAIL_BYTES:
@@ -104,7 +105,8 @@ class NewBytes:
                 tail = _tail_digest(stream, self.start + upto)
         return FileMark(mark_key(self.path), PERFLOG, self.stat.st_dev, self.stat.st_ino,
                         self.stat.st_size, self.stat.st_mtime_ns, self.start + upto,
-                        self.first_line - 1 + self.data.count(b"\n", 0, upto),
+                        self.first_line - 1 + (self.data.count(b"\n", 0, upto)
+                                               if lines is None else lines),
                         self.head_digest, tail, header)
 
 
