@@ -12,6 +12,8 @@ and ``fabreg trends`` on the result, and (current layout) the nightly
 it, whose wall time and peak memory are printed: it reads every series whole);
 (with the open regressions and suspects it counts: the newest night's capped link is 6
 series, both directions' bandwidth and latencies; the rest are false alarms on noise),
+the suspects ``fabreg isolate`` names beside those the sweep job's own verdict names (its
+localisation over the newest night's pair table),
 then (current layout) ``fabreg report`` and ``fabreg export prometheus``, which read the
 verdicts that nightly run kept; the store's bytes per value, and a year projected: the
 store as it is plus the appended night's growth for each night to a year (the series,
@@ -108,6 +110,21 @@ def generate(root: Path, n: int, nights: int, seed: int = 1) -> tuple[Path, str,
     newest = night_line(template, n, nights - 1, pairs, rng, (1, 3))
     per_night = 3 * len(pairs) + 3 * n
     return log, newest, per_night
+
+
+def in_job_suspects(newest: str) -> list[str]:
+    """What the sweep check's own verdict names in the newest night: the localisation its job
+    runs (``fabreg.run.sweep_suspects.localise_sweep``) over the pair table it logged."""
+    from fabreg import isolation
+    from fabreg.schema import PAIR_CONTROL_KINDS
+
+    table = json.loads(newest.split("|")[24])
+    rows = [dict(zip(table["fields"], row)) for row in table["rows"]]
+    rows = [r for r in rows if r["pattern"] not in PAIR_CONTROL_KINDS]
+    localised = isolation.localise_all({
+        metric: [isolation.PairValue(r["node_a"], r["node_b"], r[metric], r["round"])
+                 for r in rows] for metric in ("bandwidth", "latency")})
+    return sorted({f"{s.kind} {' <-> '.join(s.nodes)}" for s in isolation.suspects_of(localised)})
 
 
 #: Seconds one command may take (``--timeout``); one that takes longer is reported as inf.
@@ -252,13 +269,14 @@ def main() -> int:
           f"{'store MB':>9} {'ingest s':>9} {'+1 night s':>10} {'isolate s':>9} "
           f"{'trends s':>9} {'nightly s':>9} {'open/susp':>9} {'report s':>8} {'export s':>8} "
           f"{'MB/night':>8} "
-          f"{'year GB':>8} {'1st trends s':>12} {'1st peak MB':>11}  suspects")
+          f"{'year GB':>8} {'1st trends s':>12} {'1st peak MB':>11}  suspects (isolate; the job's)")
     try:
         if args.checks_scale:
             checks_year(base, layouts, args.checks_scale)
         for n, k in zip(nodes, nights):
             data = base / f"n{n}"
             log, newest, per_night = generate(data / "perflogs", n, k)
+            in_job = ", ".join(in_job_suspects(newest)) or "-"
             values = per_night * k
             rows = {}
             for name, src in layouts.items():
@@ -276,7 +294,7 @@ def main() -> int:
                       f"{r['alarms']:>9} {r['report']:>8.1f} {r['export']:>8.1f} "
                       f"{r['night_bytes'] / 1e6:>8.1f} "
                       f"{year:>8.2f} {r['first_trends']:>12.1f} {r['first_peak']:>11.0f}  "
-                      f"{', '.join(r['suspects']) or '-'}", flush=True)
+                      f"{', '.join(r['suspects']) or '-'}; {in_job}", flush=True)
             if len(rows) == 2:
                 old, new = rows["first layout"], rows["current"]
                 print(f"{'':>25}  {'ratio':<13} {new['per_value'] / old['per_value']:>8.2f} "
