@@ -755,8 +755,7 @@ def link_samples(run: Run) -> list[Sample]:
                                          for metric, unit in PAIR_METRIC_UNITS.items()]
         for metric, perfvar, unit in names:
             value = row.get(metric)
-            if (type(value) is float or type(value) is int
-                    or isinstance(value, (int, float))) and finite(value):
+            if isinstance(value, (int, float)) and finite(value):
                 out.append(Sample(link, perfvar, float(value), unit))
     return out
 

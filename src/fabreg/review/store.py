@@ -727,12 +727,11 @@ class Store:
                     template = run_texts.link_params(sweep.param_key)
                     number = sweeps.setdefault((sweep.test, sweep.param_key, sweep.system,
                                                 sweep.partition, sweep.environ), len(sweeps))
+                full = (run.test, run.param_key, run.system, run.partition, run.environ)
                 if link is None or template is None:
-                    full = (run.test, run.param_key, run.system, run.partition, run.environ)
                     base = (None, *full)
                     params = run_texts.params_text(run.param_key)
                 else:
-                    full = (run.test, run.param_key, run.system, run.partition, run.environ)
                     base = (number, link[1], link[2])
                     left, middle, right = template
                     params = (f"{left}{_json_str(link[1])}{middle}{_json_str(link[2])}"
