@@ -113,18 +113,22 @@ def generate(root: Path, n: int, nights: int, seed: int = 1) -> tuple[Path, str,
 
 
 def in_job_suspects(newest: str) -> list[str]:
-    """What the sweep check's own verdict names in the newest night: the localisation its job
-    runs (``fabreg.run.sweep_suspects.localise_sweep``) over the pair table it logged."""
+    """What the sweep check's own verdict names in the newest night: the job's localisation
+    (``fabreg.run.sweep_suspects.localise_sweep``) over the pair table it logged (the table
+    keeps no rank numbers: the localisation reads none)."""
     from fabreg import isolation
-    from fabreg.schema import PAIR_CONTROL_KINDS
+    from fabreg.run.parsers.probes import SweepResult, SweepRow
+    from fabreg.run.sweep_suspects import localise_sweep
 
     table = json.loads(newest.split("|")[24])
     rows = [dict(zip(table["fields"], row)) for row in table["rows"]]
-    rows = [r for r in rows if r["pattern"] not in PAIR_CONTROL_KINDS]
-    localised = isolation.localise_all({
-        metric: [isolation.PairValue(r["node_a"], r["node_b"], r[metric], r["round"])
-                 for r in rows] for metric in ("bandwidth", "latency")})
-    return sorted({f"{s.kind} {' <-> '.join(s.nodes)}" for s in isolation.suspects_of(localised)})
+    nan = float("nan")
+    result = SweepResult("xor", len(rows), 0, 0, 0.0, [
+        SweepRow(r["round"], r["pattern"], r["node_a"], r["node_b"], 0, 0, r["bandwidth"],
+                 nan if r["latency"] is None else r["latency"],
+                 nan if r["latency_p50"] is None else r["latency_p50"]) for r in rows])
+    suspects = isolation.suspects_of(localise_sweep(result))
+    return sorted({f"{s.kind} {' <-> '.join(s.nodes)}" for s in suspects})
 
 
 #: Seconds one command may take (``--timeout``); one that takes longer is reported as inf.
