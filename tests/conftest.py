@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,39 @@ REPO = Path(__file__).resolve().parents[1]
 #: Real outputs of OSU 7.2, UCX 1.13 ucx_perftest and perftest 4.5 (tests/data/golden/README.md).
 GOLDEN = Path(os.environ.get("FABREG_GOLDEN", REPO / "tests" / "data" / "golden"))
 REFRAME = Path(sys.executable).parent / "reframe"
+
+
+#: This pytest process's temporary directory for the tools, and ``$TMPDIR`` before it.
+_OWN_TMPDIR = pytest.StashKey[tuple[str, str | None]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the tools the tests start a temporary directory of this pytest process's own.
+
+    Every ReFrame session writes a debug log, ``rfm-*.log``, into ``$TMPDIR`` before it reads
+    the site config, and never removes it (so do MPI libraries with files of theirs); a test
+    run starts hundreds. Its own directory, removed at the end, leaves ``/tmp`` as it found it.
+    The tests' own temporary paths (pytest's ``tmp_path``) stay where they were. The workers
+    of pytest-xdist share their controller's.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    tempfile.gettempdir()  # this process keeps the system's
+    own = tempfile.mkdtemp(prefix="fabreg-tests-")
+    os.chmod(own, 0o1777)  # as /tmp: the normal user of tests/test_site_cluster.py writes here
+    config.stash[_OWN_TMPDIR] = (own, os.environ.get("TMPDIR"))
+    os.environ["TMPDIR"] = own
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    own, before = config.stash.get(_OWN_TMPDIR, (None, None))
+    if own is None:
+        return
+    if before is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before
+    shutil.rmtree(own, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

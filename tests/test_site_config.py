@@ -205,16 +205,17 @@ def test_the_sweep_covers_the_pinned_nodes():
                                          "FABREG_RESERVATION": "nosuch"}) == 2
 
 
-def test_the_single_host_systems_poll_their_jobs_each_second_and_a_site_keeps_reframes_rate(
+def test_the_single_host_systems_poll_their_jobs_often_and_a_site_keeps_reframes_rate(
         tmp_path):
-    """One job at a time on one host: a slow poll is time the run waits (poll_rate_min)."""
+    """One job at a time on one host: a slow poll is time the run waits (poll_rate_min):
+    10 a second on `local` (a waitpid), at least 1 on `minicluster` (an `squeue`)."""
     save(Paths(tmp_path), ClusterState(Layout(nodes=2, controller="c", cpus_per_node=2)))
     env = {"FABREG_CLUSTER_DIR": str(tmp_path)}
-    for system in ("local", "minicluster"):
+    for system, rate in (("local", "10"), ("minicluster", "1")):
         proc = show_config("--system", system, "--show-config", "general/0/poll_rate_min",
                            env=env)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert proc.stdout.strip().splitlines()[-1] == "1", (system, proc.stdout)
+        assert proc.stdout.strip().splitlines()[-1] == rate, (system, proc.stdout)
     site = tmp_path / "site.py"
     site.write_text(
         "site_configuration = {'systems': [{'name': 'othersite', 'hostnames': ['.*'],\n"
