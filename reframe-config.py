@@ -39,6 +39,7 @@ import shlex
 import shutil
 
 from fabreg.cluster import reframe_system as minicluster
+from fabreg.testlib import prompt_squeue
 
 FABREG_ROOT = os.path.dirname(os.path.abspath(__file__))
 PERFLOG_DIR = os.environ.get('FABREG_PERFLOG_DIR', os.path.join(FABREG_ROOT, 'perflogs'))
@@ -178,7 +179,8 @@ site_configuration = {
                 },
             ],
         },
-        minicluster.system(environs=['openmpi', 'mpich', 'mvapich2', 'builtin']),
+        minicluster.system(environs=['openmpi', 'mpich', 'mvapich2', 'builtin'],
+                           scheduler=prompt_squeue.NAME),
     ],
     'environments': local_environments + minicluster.environments(local_environments),
     # --mode nightly | acceptance | quick (docs/references.md#modes)

@@ -84,7 +84,8 @@ def test_minicluster_partition_follows_the_recorded_node_count(tmp_path):
     system = last_json(proc.stdout)
     assert system["name"] == "minicluster"
     part = system["partitions"][0]
-    assert part["scheduler"] == "squeue"
+    # ReFrame's squeue backend, polling from a job's first moment (fabreg.testlib.prompt_squeue)
+    assert part["scheduler"] == "fabreg_squeue"
     assert part["extras"]["max_nodes"] == 3
     assert part["extras"]["tcp_interfaces"] == ["fab0"]
     # The CPUs each slurmd declares, and that more ranks than that on a node is intended.

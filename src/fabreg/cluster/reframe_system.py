@@ -85,8 +85,10 @@ def use_cluster(paths: Paths | None = None) -> None:
     os.environ["SQUEUE_STATES"] = "all"
 
 
-def system(environs: Sequence[str], paths: Paths | None = None) -> dict[str, Any]:
-    """The ``minicluster`` system entry."""
+def system(environs: Sequence[str], paths: Paths | None = None,
+           scheduler: str = "squeue") -> dict[str, Any]:
+    """The ``minicluster`` system entry; ``scheduler``: the ReFrame backend that polls its
+    jobs (reframe-config.py names one that polls from the first moment)."""
     layout = running_layout(paths)
     nodes = layout.nodes if layout else 1
     descr = (f"emulated {nodes}-node Slurm cluster (network namespaces, `fabreg cluster up`)"
@@ -94,7 +96,7 @@ def system(environs: Sequence[str], paths: Paths | None = None) -> dict[str, Any
     partition = slurm_partition(
         SLURM_PARTITION, environs=environs, max_nodes=nodes, exclusive=False,
         # No accounting database (slurmdbd) on the emulated cluster: poll with squeue.
-        scheduler="squeue", launcher="srun", max_jobs=1,
+        scheduler=scheduler, launcher="srun", max_jobs=1,
         descr=f"{nodes} emulated node(s), one slurmd per network namespace",
         extras={
             # The nodes' only fabric: TCP over the bridge, through their `fab0`.

@@ -6,7 +6,10 @@ process tracking and task binding plugins that assume a real node are off
 ReFrame polls jobs with ``squeue`` and finished jobs stay visible to it for
 ``MinJobAge`` seconds; a dead node must be noticed within seconds
 (``SlurmdTimeout``), its jobs must fail rather than be requeued (``JobRequeue=0``),
-and a restarted slurmd must bring its node back (``ReturnToService=2``).
+and a restarted slurmd must bring its node back (``ReturnToService=2``). A submitted
+batch job is scheduled at the controller's next second, not within Slurm's default 3
+(``batch_sched_delay=0``): the suite submits one job at a time, each waiting on average
+1.5 s of that delay, and the emulated cluster has no submission storm to spare it.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ def render(layout: Layout, paths: Paths) -> str:
         "MinJobAge=600",
         "KillWait=5",
         "InactiveLimit=0",
+        "SchedulerParameters=batch_sched_delay=0",
         "SrunPortRange=60001-60999",
         f"# {layout.nodes} node(s), one network namespace each, linked by a bridge",
     ]
