@@ -1,24 +1,81 @@
-"""ReFrame's ``squeue`` scheduler without its wait after a submission, for the emulated cluster.
+"""ReFrame's ``squeue`` scheduler, prompt on a Slurm that runs beside it (the emulated cluster).
 
-ReFrame's ``squeue`` backend polls no job until 2 s after the newest submission
-(``SqueueJobScheduler.SQUEUE_DELAY``): a busy controller of a real cluster may not list a job
-at once. The emulated cluster's ``slurmctld`` runs beside ReFrame on the same host and lists a
-job as soon as ``sbatch`` returns, so each job waited up to 2 s for nothing, and ReFrame's poll
-controller, behind its rate after that wait, then made up for it with about ten ``squeue``
-calls in a tenth of a second. A site's partitions keep ReFrame's own backends.
+Two waits of ReFrame's ``squeue`` backend cost the emulated cluster's jobs time and nothing
+else, since its ``slurmctld`` runs on the host ReFrame runs on:
+
+- it polls no job until 2 s after the newest submission (``SQUEUE_DELAY``: a busy controller
+  of a real cluster may not list a job at once); this one lists it as soon as ``sbatch``
+  returns, and ReFrame's poll controller, behind its rate after that wait, then made up for
+  it with about ten ``squeue`` calls in a tenth of a second;
+- an ``squeue`` call a poll is too dear for more than about one a second on a host whose
+  cores measure, so a job's end was seen up to a second late. This Slurm writes each ended
+  job to a file (``JobCompType=jobcomp/filetxt``): a poll looks at the file's size, which
+  costs a ``stat``, and calls ``squeue`` when the file has grown, else at most once every
+  :data:`SQUEUE_EVERY_S` (which is how a pending job's state and reasons stay current).
+
+A site's partitions keep ReFrame's own backends.
 """
 
 from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
 
 from reframe.core.backends import register_scheduler
 from reframe.core.schedulers.slurm import SqueueJobScheduler
 
 #: The name the ``minicluster`` partition gives as its scheduler (reframe-config.py).
 NAME = "fabreg_squeue"
+#: Seconds between ``squeue`` calls while no job has ended.
+SQUEUE_EVERY_S = 1.0
+
+
+def completion_log(slurm_conf: str | None) -> Path | None:
+    """The file ``slurm_conf`` has Slurm write each ended job to, or None (none is set, the
+    configuration cannot be read, or its completion log is not a file)."""
+    if not slurm_conf:
+        return None
+    settings: dict[str, str] = {}
+    try:
+        text = Path(slurm_conf).read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, sep, value = line.split("#", 1)[0].strip().partition("=")
+        if sep:
+            settings[key.strip().lower()] = value.strip()
+    if settings.get("jobcomptype") != "jobcomp/filetxt" or not settings.get("jobcomploc"):
+        return None
+    return Path(settings["jobcomploc"])
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
 
 
 @register_scheduler(NAME)
 class PromptSqueueScheduler(SqueueJobScheduler):
-    """``squeue`` polling from the first poll after a submission."""
+    """``squeue`` polling from the first poll after a submission, and at once after a job ended."""
 
     SQUEUE_DELAY = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._completions = completion_log(os.environ.get("SLURM_CONF"))
+        self._size_seen = -2
+        self._last_squeue = float("-inf")
+
+    def poll(self, *jobs):
+        if self._completions is not None:
+            size = _size(self._completions)
+            recent = time.monotonic() - self._last_squeue < SQUEUE_EVERY_S
+            known = all(job.state is not None for job in jobs if job is not None)
+            if size == self._size_seen and recent and known:
+                return  # no job ended since the last squeue, which told each job's state
+            self._size_seen = size
+        self._last_squeue = time.monotonic()
+        super().poll(*jobs)
