@@ -20,6 +20,7 @@ P50 = {"latency": Figure("ucx_perftest", "p50_usec", lower_is_better=True)}
 
 
 def plan(test: str, size: int, iters: int, **kw) -> Plan:
+    kw.setdefault("control_gap_s", 0.5)  # a failing job's host control, judged by none
     return Plan(server=["ucx_perftest", "-p", "{port}"],
                 client=["ucx_perftest", "{server_host}", "-p", "{port}", "-t", test,
                         "-s", str(size), "-n", str(iters)], **kw)

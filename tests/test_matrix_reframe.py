@@ -143,6 +143,7 @@ def test_nightly_run_logs_transport_bands_deviation_missing_and_busbw(tmp_path):
                        # what is asserted is what the nightly logs, not how many runs a
                        # verdict takes (tests/test_verdicts_reframe.py): the fewest runs
                        "-S", "repeats=1", "-S", "confirm_runs=2", "-S", "confirm_span=2",
+                       "-S", "control_gap=0.5",
                        checks=checks, perflog_dir=perflogs, cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert "OsuBandwidth" in out and "failed to meet reference(s): bandwidth_1KB" in out

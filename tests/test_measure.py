@@ -43,7 +43,8 @@ def plan(command: list[str], **changes) -> measure.Plan:
                 full_sizes=[1 << k for k in range(11)],
                 repeat_options=["-m", "{low}:{high}", "-i", "200", "-x", "20"],
                 sizes=[8, 1024], lower_is_better=True, repeats=3, budget_s=120, grace_s=5,
-                confirm_runs=3)
+                # a failing job's host control: 3 samples 0.5 s apart, not 3 s (judged by none)
+                confirm_runs=3, control_gap_s=0.5)
     base.update(changes)
     return measure.Plan(**base)
 

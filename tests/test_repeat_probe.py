@@ -74,7 +74,7 @@ def test_a_figure_beyond_its_limit_is_measured_again_until_the_runs_are_spent(ma
     # No 256x256 multiply on two ranks reaches 1e6 GFLOP/s: every confirmation run fails.
     proc, result = _drive(tmp_path, matmul, repeats=3, fail_limits={"gflops": 1e6},
                           warn_limits=NEVER_SETTLED, confirm_runs=3, confirm_span_s=2.0,
-                          quiet_wait_s=5.0)
+                          quiet_wait_s=5.0, control_gap_s=0.5)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(result["launches"]) == 6
     assert len(result["values"]["gflops"]) == 6 and len(result["values"]["total"]) == 3
@@ -156,7 +156,8 @@ def test_a_baseline_launch_runs_before_every_run_and_its_figure_is_a_best_of_its
 def test_a_confirmation_of_a_fan_in_figure_runs_no_baseline(streams, tmp_path):
     # No stream on this host reaches 1e6 Gbit/s: rate_min is confirmed until the runs are spent.
     proc, result = _drive_fanin(tmp_path, streams, repeats=3, fail_limits={"rate_min": 1e6},
-                                confirm_runs=2, confirm_span_s=1.0, quiet_wait_s=3.0)
+                                confirm_runs=2, confirm_span_s=1.0, quiet_wait_s=3.0,
+                                control_gap_s=0.5)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(result["launches"]) == 5 and len(result["values"]["rate_min"]) == 5
     assert len(result["values"]["single_rate"]) == 3

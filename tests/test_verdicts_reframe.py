@@ -28,7 +28,10 @@ references:
   - {benchmark: osu_bw, metric: bandwidth, size: 1048576, value: 1000000000, unit: MB/s, fail: 0.5}
   - {benchmark: osu_bw, metric: bandwidth, size: 4194304, value: 1000000000, unit: MB/s, fail: 0.5}
 """
-SMALL = ["-S", "OsuBandwidth.iterations=20", "-S", "OsuBandwidth.warmup=2"]
+#: Short curves, and the host control of a failing job sampled 0.5 s apart instead of 3: its
+#: judgement is what these tests assert, against the static rows below or none.
+SHORT_CONTROL = ["-S", "control_gap=0.5"]
+SMALL = ["-S", "OsuBandwidth.iterations=20", "-S", "OsuBandwidth.warmup=2", *SHORT_CONTROL]
 #: Host control rows (``fabreg.run.host_control``) that every host meets; that none meets,
 #: by far more than UNREACHABLE's values miss theirs (so the control explains them); and that
 #: none meets, by far less (a slow host that cannot explain them).
@@ -380,7 +383,7 @@ def test_a_client_server_failure_is_confirmed_in_the_job_spread_in_time(tmp_path
     proc = run_reframe("-r", "-n", "UcxPerftestLatency%nodes=1%ucx_test=tag_lat%transport=tcp"
                        "%buffer=host",
                        "-S", "UcxPerftestLatency.iterations=2000", "-S", "confirm_span=4",
-                       "-S", "confirm_runs=3",
+                       "-S", "confirm_runs=3", *SHORT_CONTROL,
                        "-S", "contended_share=1.0", checks=checks,
                        perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
     out = proc.stdout + proc.stderr
@@ -413,7 +416,7 @@ def test_a_matmul_failure_is_the_best_of_its_repeats_confirmed_in_the_job(tmp_pa
         "value: 1000, unit: s, fail: 0.5}\n")
     proc = run_reframe("-r", "-p", "openmpi", "-n",
                        "Matmul%transport=shm%nodes=1%mode=blocking%matrix_size=512%ranks=2",
-                       "-S", "confirm_span=4", "-S", "confirm_runs=3",
+                       "-S", "confirm_span=4", "-S", "confirm_runs=3", *SHORT_CONTROL,
                        "-S", "contended_share=1.0", checks=checks,
                        perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
     out = proc.stdout + proc.stderr

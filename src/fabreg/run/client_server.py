@@ -226,8 +226,9 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     result = {
         **measurements.as_dict(),
         **interference.job_summary(plan.contended_share),
-        "host_control": host_control.after_job(token, plan.contended_share,
-                                               bool(measurements.failing(plan.fail_limits))),
+        "host_control": host_control.after_job(
+            token, plan.contended_share, bool(measurements.failing(plan.fail_limits)),
+            gap_s=plan.control_gap_s),
         "runs": runs,
         "returncode": runs[0]["returncode"],
     }

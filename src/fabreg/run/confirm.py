@@ -42,6 +42,10 @@ Key = TypeVar("Key", bound=Hashable)
 #: one launch in four and ~430 us in the others, with runs of the slow mode lasting a minute;
 #: ten runs over the span find the fast mode when it is there (a fault has none).
 CONFIRM_RUNS = 10
+#: Seconds between the samples of the host control that will judge a job's failing values
+#: (``fabreg.run.host_control.after_job``): far enough apart that one slow moment of the
+#: host does not show in all of them.
+CONTROL_GAP_S = 3.0
 
 
 def best(values: list[float], lower_is_better: bool) -> float:
@@ -200,6 +204,8 @@ class ConfirmationPlan:
     lasting_failures: str = ""
     #: Seconds the run's confirmations may take in all (0: no bound).
     confirm_budget_s: float = 0.0
+    #: Seconds between the samples of the host control that judges failing values.
+    control_gap_s: float = CONTROL_GAP_S
 
 
 @dataclass

@@ -206,8 +206,9 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
         # The sizes the time budget left with fewer measurements than they needed.
         "unsettled": unsettled,
         **interference.job_summary(plan.contended_share),
-        "host_control": host_control.after_job(token, plan.contended_share,
-                                               bool(measurements.failing(limits))),
+        "host_control": host_control.after_job(
+            token, plan.contended_share, bool(measurements.failing(limits)),
+            gap_s=plan.control_gap_s),
         **summary(launches),
         "pilot": costed,
         # The job's status: the first launch's, or 0 if it hung after complete results.

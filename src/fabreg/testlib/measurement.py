@@ -42,7 +42,7 @@ from reframe.core.builtins import run_before, variable
 from reframe.core.logging import getlogger
 
 from fabreg.run import measure
-from fabreg.run.confirm import CONFIRM_RUNS
+from fabreg.run.confirm import CONFIRM_RUNS, CONTROL_GAP_S
 from fabreg.run.host_control import SlowHost, figures_on_path, slow_host
 from fabreg.run.interference import (
     CONTENDED_SHARE,
@@ -93,6 +93,12 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
     #: :type: ``float``
     #: :default: ``600.0``
     confirm_budget = variable(float, value=600.0, loggable=False)
+    #: Seconds between the samples of the host control that judges a job's failing values
+    #: (three samples; each figure's best judges).
+    #:
+    #: :type: ``float``
+    #: :default: ``fabreg.run.confirm.CONTROL_GAP_S`` (3.0)
+    control_gap = variable(float, value=CONTROL_GAP_S, loggable=False)
     #: Perf variable -> how many measurements its value rests on, confirmation runs included
     #: (perflog): one when the first lay inside its warning band, ``repeats`` when it was
     #: within reach of its limit or had no reference, more when it was confirmed.
@@ -141,7 +147,7 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
         return {"repeats": self.repeats, "contended_share": self.contended_share,
                 "quiet_wait_s": self.quiet_wait, "confirm_span_s": self.confirm_span,
                 "confirm_runs": self.confirm_runs, "lasting_failures": self.lasting_failures(),
-                "confirm_budget_s": self.confirm_budget}
+                "confirm_budget_s": self.confirm_budget, "control_gap_s": self.control_gap}
 
     def lasting_failures(self) -> str:
         return lasting_failures_dir(self.stagedir)
