@@ -372,7 +372,8 @@ def test_another_job_on_the_same_node_makes_a_failing_value_inconclusive(cluster
                                # the other job runs all along: no confirmation run is quiet,
                                # three short ones tell it as well as the default ten
                                "-S", "confirm_runs=3", "-S", "confirm_span=4",
-                               checks=checks)
+                               # no host-control row judges it: its samples 0.5 s apart
+                               "-S", "control_gap=0.5", checks=checks)
     finally:
         cluster.slurm("scancel", job)
     out = proc.stdout + proc.stderr
