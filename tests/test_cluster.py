@@ -25,6 +25,8 @@ import yaml
 from conftest import REPO, fabreg, run_reframe
 
 from fabreg.run import procfs
+from fabreg.run.site_init import slurm_config
+from fabreg.testlib.prompt_squeue import completion_log
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -183,6 +185,12 @@ def test_up_is_idempotent_and_status_is_healthy(cluster):
     status = cluster.fabreg("status")
     assert status.returncode == 0, status.stdout
     assert "node1: 10.88.0.11 netns fabreg-node1, slurm idle, link full speed" in status.stdout
+
+
+def test_the_clusters_squeue_backend_finds_its_job_completion_log(cluster, monkeypatch):
+    """fabreg_squeue sees a job end by the log the cluster's Slurm keeps, as Slurm tells it."""
+    monkeypatch.setenv("SLURM_CONF", str(cluster.state_dir / "slurm.conf"))
+    assert completion_log(slurm_config()) == cluster.state_dir / "logs" / "jobcomp.log"
 
 
 def test_quick_subset_runs_through_slurm_on_two_nodes(cluster, tmp_path):

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from reframe.core.backends import register_scheduler
 from reframe.core.schedulers.slurm import SqueueJobScheduler
+
+from fabreg.run.site_init import slurm_config
 
 #: The name the ``minicluster`` partition gives as its scheduler (reframe-config.py).
 NAME = "fabreg_squeue"
@@ -31,23 +34,13 @@ NAME = "fabreg_squeue"
 SQUEUE_EVERY_S = 1.0
 
 
-def completion_log(slurm_conf: str | None) -> Path | None:
-    """The file ``slurm_conf`` has Slurm write each ended job to, or None (none is set, the
-    configuration cannot be read, or its completion log is not a file)."""
-    if not slurm_conf:
+def completion_log(config: Mapping[str, str]) -> Path | None:
+    """The file Slurm writes each ended job to, by its configuration (``scontrol show
+    config``, :func:`fabreg.run.site_init.slurm_config`), or None (not a file, or not set)."""
+    location = config.get("JobCompLoc", "")
+    if config.get("JobCompType") != "jobcomp/filetxt" or not location:
         return None
-    settings: dict[str, str] = {}
-    try:
-        text = Path(slurm_conf).read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        key, sep, value = line.split("#", 1)[0].strip().partition("=")
-        if sep:
-            settings[key.strip().lower()] = value.strip()
-    if settings.get("jobcomptype") != "jobcomp/filetxt" or not settings.get("jobcomploc"):
-        return None
-    return Path(settings["jobcomploc"])
+    return Path(location)
 
 
 def _size(path: Path) -> int:
@@ -65,7 +58,7 @@ class PromptSqueueScheduler(SqueueJobScheduler):
 
     def __init__(self) -> None:
         super().__init__()
-        self._completions = completion_log(os.environ.get("SLURM_CONF"))
+        self._completions = completion_log(slurm_config())
         self._size_seen = -2
         self._last_squeue = float("-inf")
 
