@@ -4,6 +4,8 @@ table of what it does to a confirmed failure."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -68,6 +70,25 @@ def test_a_control_that_judges_failing_values_is_sampled_and_its_best_kept():
     out = host_control.after_job("no-such-token", 0.10, failing=True, samples=3, gap_s=1.0)
     assert out["samples"] == 3 and time.monotonic() - started >= 2.0
     assert "contended" in out and out["copy_bandwidth"] > 0
+
+
+@pytest.mark.slow
+def test_a_control_on_a_busy_host_waits_no_longer_than_the_plans_quiet_wait():
+    # Two busy loops on every CPU: the host never quietens, and a plan that lets its
+    # confirmation wait 2 s for a quiet host waits no longer here (not QUIET_WAIT_S).
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        started = time.monotonic()
+        out = host_control.after_job("no-such-token", 0.10, failing=True, samples=1,
+                                     quiet_wait_s=2.0)
+        waited = time.monotonic() - started
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert out["contended"] and out["other_share"] > 0.10, out
+    assert 2.0 <= waited < host_control.QUIET_WAIT_S, waited
 
 
 def test_the_best_of_the_samples_judges_the_host():

@@ -74,7 +74,8 @@ FIGURES_ON_PATH: dict[str, tuple[str, ...]] = {
     "tcp_ob1": ("tcp_loopback",),
     "shm": ("round_trip", "copy_bandwidth"),
 }
-#: Seconds the control of a job whose values still fail may wait for a quiet host.
+#: Seconds the control of a job whose values still fail may wait for a quiet host (at most:
+#: a plan that lets its confirmation wait less, ``quiet_wait_s``, bounds this wait too).
 QUIET_WAIT_S = 10.0
 #: A control that will judge failing values is measured this many times, CONTROL_GAP_S
 #: apart, and each figure's best is kept: the slow host states it stands for last minutes,
@@ -258,18 +259,21 @@ def best_of(controls: Sequence[HostControl]) -> HostControl:
 
 
 def after_job(token: str, contended_share: float, failing: bool,
-              samples: int = FAILING_SAMPLES, gap_s: float = CONTROL_GAP_S) -> dict[str, Any]:
+              samples: int = FAILING_SAMPLES, gap_s: float = CONTROL_GAP_S,
+              quiet_wait_s: float = QUIET_WAIT_S) -> dict[str, Any]:
     """The control at the end of a job, as its result file says it (``host_control``).
 
     While values still fail, the control will judge them: it first waits (up to
-    :data:`QUIET_WAIT_S`) for a second in which other work leaves the host alone, and a
-    control measured on a host that did not quieten is ``contended`` (it judges nothing);
+    ``quiet_wait_s``, at most :data:`QUIET_WAIT_S`) for a second in which other work leaves
+    the host alone, and a control measured on a host that did not quieten is ``contended``
+    (it judges nothing);
     it is then measured ``samples`` times, ``gap_s`` apart, and judged by each figure's best.
     Otherwise it is measured once, at once: it only feeds the host's baseline.
     """
     if not failing:
         return measure_host().as_dict()
-    share = wait_for_quiet(token, contended_share, time.monotonic() + QUIET_WAIT_S)
+    waited = min(QUIET_WAIT_S, quiet_wait_s)
+    share = wait_for_quiet(token, contended_share, time.monotonic() + waited)
     controls = []
     for k in range(max(1, samples)):
         if k:

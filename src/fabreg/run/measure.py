@@ -208,7 +208,7 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
         **interference.job_summary(plan.contended_share),
         "host_control": host_control.after_job(
             token, plan.contended_share, bool(measurements.failing(limits)),
-            gap_s=plan.control_gap_s),
+            gap_s=plan.control_gap_s, quiet_wait_s=plan.quiet_wait_s),
         **summary(launches),
         "pilot": costed,
         # The job's status: the first launch's, or 0 if it hung after complete results.
