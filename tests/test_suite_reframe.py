@@ -90,10 +90,13 @@ def test_quick_run_writes_perflogs_with_values_units_and_references(tmp_path):
     Every case must get through sanity (complete tables, validation, transport) and
     reach the performance stage. Whether a figure meets its reference depends on how
     busy this shared host is, so that is not asserted; what is asserted is that each
-    perflog line's verdict agrees with its value, reference and thresholds.
+    perflog line's verdict agrees with its value, reference and thresholds. Each value is
+    measured once (``repeats=1``): how many measurements a value takes is asserted in
+    ``test_measure.py``, not here.
     """
     perflogs = tmp_path / "perflogs"
-    proc = run_reframe("-r", "--tag", "quick", perflog_dir=perflogs, cwd=tmp_path)
+    proc = run_reframe("-r", "--tag", "quick", "-S", "repeats=1", perflog_dir=perflogs,
+                       cwd=tmp_path)
     out = proc.stdout + proc.stderr
     phases = re.findall(r"\* Failing phase: (\S+)", out)
     assert set(phases) <= {"performance"}, out[-4000:]

@@ -81,6 +81,18 @@ def test_a_noted_step_is_read_back_and_a_bad_note_is_no_note(tmp_path):
     te.note_step("", te.Calibration(steps=[(4, 2.1)], chosen=4))  # no note asked: nothing
 
 
+def test_a_noted_cost_is_read_back_and_a_bad_note_is_no_note(tmp_path):
+    note = tmp_path / ".fabreg-tail-steps-x" / "quiet-allreduce-tcp-4n"
+    assert te.noted_cost(str(note)) is None and te.noted_cost("") is None
+    te.note_cost(str(note), 0.0258)
+    assert te.noted_cost(str(note)) == pytest.approx(0.0258)
+    assert [p.name for p in note.parent.iterdir()] == [note.name]  # no temporary left
+    for bad in ("not json", '{"seconds_per_iteration": 0}', '{"step": 2}', "[]",
+                '{"seconds_per_iteration": "x"}'):
+        note.write_text(bad)
+        assert te.noted_cost(str(note)) is None, bad
+
+
 def test_the_ladder_grows_in_intensity_and_every_environment_has_a_target_or_none():
     load = [b.size * b.window * b.duty for b in te.LADDER]
     assert load == sorted(load) and len(set(load)) == len(load)
@@ -132,6 +144,30 @@ def test_quiet_environment_runs_no_background(openmpi_probe, tmp_path):
     # the last run is echoed on the job's stdout, as the benchmark printed it
     assert "# end fabreg_tail_latency status=ok background_rounds=0" in stdout
     assert result["run_budget"] is None  # no run_s: the planned iterations
+
+
+@pytest.mark.slow
+def test_a_quiet_job_costs_its_first_run_by_the_runs_earlier_quiet_job(openmpi_probe,
+                                                                       tmp_path):
+    """The quiet environment has no calibration step to cost its first run by: the run's
+    first quiet job of a collective runs it uncosted and notes what its last run cost; the
+    next one (another algorithm) cuts its first run to fit as well."""
+    note = tmp_path / ".fabreg-tail-steps-x" / "quiet-allreduce-shm-1n"
+    first_dir, later_dir = tmp_path / "first", tmp_path / "later"
+    first_dir.mkdir()
+    later_dir.mkdir()
+    first, _ = _drive(openmpi_probe, first_dir, "quiet", 2, 0, run_s=0.001,
+                      step_note=str(note))
+    # uncosted first run (its 400 iterations), then the two it costed, cut to the fewest
+    assert first["run_budget"]["per_run"] == [400] + [te.MIN_RUN_ITERATIONS] * 2
+    assert len(first["run_budget"]["seconds_per_iteration"]) == 2
+    noted = te.noted_cost(str(note))
+    assert noted is not None and noted > 0
+    later, _ = _drive(openmpi_probe, later_dir, "quiet", 2, 0, run_s=0.001,
+                      step_note=str(note))
+    assert later["run_budget"]["per_run"] == [te.MIN_RUN_ITERATIONS] * 3
+    assert later["run_budget"]["seconds_per_iteration"][0] == pytest.approx(noted, rel=1e-6)
+    assert _iterations(later_dir / "tail_run1.out") == te.MIN_RUN_ITERATIONS
 
 
 @pytest.mark.slow
@@ -224,7 +260,8 @@ def test_high_tail_environment_is_calibrated_on_the_real_probe(openmpi_probe, tm
     if result["host_tail_out_of_reach"]:
         # 4 ranks on 2 cores: the host's own tail may already lie beyond the 3x target's
         # reach. The step that shows it (the first, or a later one where the host's state
-        # changed between steps: [6, 2] in a CI run) ends the calibration; one run is measured.
+        # changed between steps: [6, 2] in a CI run) ends the calibration, and is the one run
+        # the perflog gets: no run follows it.
         host_tail = result["host_tail_out_of_reach"]
         assert host_tail > 3.0 * (1 + te.TOLERANCE)
         tried = [s["step"] for s in steps]
@@ -233,7 +270,9 @@ def test_high_tail_environment_is_calibrated_on_the_real_probe(openmpi_probe, tm
                                        ).quiet.p99_over_p50 for i in tried]
         assert quiet[-1] == pytest.approx(host_tail)
         assert not any(te.out_of_reach(q, 3.0) for q in quiet[:-1]), quiet
-        assert len(result["runs"]) == 1
+        assert result["runs"] == [f"tail_calibrate{tried[-1]}.out"]
+        assert len(result["launches"]) == len(tried), result["launches"]
+        assert result["quiet_ratio"] == pytest.approx(host_tail, abs=1e-4)
         assert te.noted_step(str(note)) == 6  # the note is left as it was
         assert te.judge(result, []).verdict == "inconclusive"
         return

@@ -11,15 +11,16 @@ the probe, until the loaded p99/p50 lands within ``tolerance`` of the target; th
 measures ``repeats`` full runs at that setting. A step whose quiet blocks already show a
 p99/p50 above the target's reach (the host's own tail: 2-18x on a 2-core VM) ends the
 calibration: no background can make the environment, its verdict is ``inconclusive``
-whatever more steps would show, and one run is measured for the perflog. The run's later
-jobs of the same environment, collective, MPI, transport and node count (the other
-algorithms) try the step the last one chose first (``step_note``): on 4 MPICH nodes a
-calibration step takes 8-20 s, and three of four later jobs needed only that one step
-(session 15). The *quiet* environment runs no background.
+whatever more steps or runs would show, and that step's run is the one the perflog gets (no
+run is measured after it). The run's later jobs of the same environment, collective, MPI,
+transport and node count (the other algorithms) try the step the last one chose first
+(``step_note``): on 4 MPICH nodes a calibration step takes 8-20 s, and three of four later
+jobs needed only that one step (session 15). The *quiet* environment runs no background.
 A run whose planned iterations would take longer than ``run_s`` (4 busy-polling MPICH ranks
 on 2 cores: 28 s for 1,000) runs the count that fits, costed by the launch before it at the
 same setting (the chosen calibration step, then each run; the quiet environment's first run
-is not costed); at least ``MIN_RUN_ITERATIONS``.
+by the last run of the run's earlier quiet job of the same collective, where there was one);
+at least ``MIN_RUN_ITERATIONS``.
 
 Everything it learnt goes to ``tail-environment.json``: the environment, its target, the
 ladder steps tried with the ratio each reached, the chosen background, the ratio the final
@@ -161,7 +162,9 @@ class Plan(JsonPlan, ConfirmationPlan):
     hang_note: str = ""
     #: A file where the run's jobs of this environment, collective, MPI, transport and node
     #: count note the ladder step their calibration chose; the next one tries that step
-    #: first (:func:`noted_step`). Empty: none.
+    #: first (:func:`noted_step`). The quiet environment notes there what one iteration of
+    #: its last run cost; the next quiet job's first run is costed by it
+    #: (:func:`noted_cost`). Empty: none.
     step_note: str = ""
     #: Quiet environment: perf variable (``p50``, ``p99``, ``p99_over_p50``) -> failure
     #: limit; a figure whose best run crosses it is confirmed (fabreg.run.confirm).
@@ -189,19 +192,40 @@ def noted_step(step_note: str) -> int | None:
 
 def note_step(step_note: str, calibration: Calibration) -> None:
     """Leave the step ``calibration`` chose where the run's next job of the same environment
-    will look (atomically: jobs of a run may end together)."""
-    if not step_note:
+    will look."""
+    _leave_note(step_note, {"step": calibration.chosen, "ratio": round(calibration.ratio, 4)})
+
+
+def noted_cost(step_note: str) -> float | None:
+    """Seconds per iteration of an earlier quiet job's last run (``Plan.step_note``), or
+    None: the same collective, MPI, transport and node count, another algorithm."""
+    try:
+        cost = float(json.loads(Path(step_note).read_text())["seconds_per_iteration"]) \
+            if step_note else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return cost if cost is not None and cost > 0 else None
+
+
+def note_cost(step_note: str, seconds_per_iteration: float) -> None:
+    """Leave what one iteration of a quiet run cost where the run's next quiet job of the
+    same collective will look: its first run is then costed too (4 MPICH ranks on 2 cores:
+    an uncosted first run of 1,000 iterations took 33-54 s against ``run_s`` = 10)."""
+    _leave_note(step_note, {"seconds_per_iteration": round(seconds_per_iteration, 9)})
+
+
+def _leave_note(note: str, content: dict[str, Any]) -> None:
+    """Write a note for the run's later jobs (atomically: jobs of a run may end together)."""
+    if not note:
         return
-    path = Path(step_note)
+    path = Path(note)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps({"step": calibration.chosen,
-                                   "ratio": round(calibration.ratio, 4)}) + "\n")
+        tmp.write_text(json.dumps(content) + "\n")
         os.replace(tmp, path)
     except OSError as err:  # a note is an economy: the job's own results do not depend on it
-        print(f"fabreg: could not leave the calibration note {step_note}: {err}",
-              file=sys.stderr)
+        print(f"fabreg: could not leave the calibration note {note}: {err}", file=sys.stderr)
 
 
 def _with_counts(options: list[str], iterations: int, blocks: int) -> list[str]:
@@ -334,26 +358,38 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
             calibration = calibrate(step, target, LADDER, plan.tolerance, start=hint)
             note_step(plan.step_note, calibration)
         except OutOfReach as known:
-            # The outcome is known after this step: no more steps, one measured run.
+            # The outcome is known after this step: no more steps, no measured run.
             host_tail = known.quiet_ratio
             calibration = Calibration(calibration_steps, calibration_steps[-1][0])
         background = LADDER[calibration.chosen]
     final = base = [*plan.options, *(background.options() if background else [])]
-    runs = [f"tail_run{i}.out" for i in range(1, (1 if host_tail else plan.repeats) + 1)]
+    runs = [f"tail_run{i}.out" for i in range(1, plan.repeats + 1)]
+    if host_tail and calibration:
+        # The outcome is known: the step that showed it is the environment's one run (its
+        # figures go to the perflog, marked inconclusive), no longer run measured after it.
+        runs = [f"tail_calibrate{calibration.chosen}.out"]
+        sys.stdout.write((workdir / runs[0]).read_text(errors="replace"))
     planned, blocks = _count(plan.options, "-i", 1000), _count(plan.options, "-k", 5)
     results: list[TailLatencyResult] = []
     # Each run is costed by the launch before it at the same setting: the chosen calibration
-    # step, then the previous run (quiet: no steps, so the first run is not costed).
+    # step, then the previous run. Quiet: no steps, so the first run is costed by the run's
+    # earlier quiet job of the same collective (another algorithm), if there was one.
     costed_by = stepped.get(calibration.chosen) if calibration else None
+    noted = noted_cost(plan.step_note) if target is None else None
     costs: list[float] = []
-    for name in runs:
-        if plan.run_s > 0 and costed_by is not None:
-            result, before = costed_by
-            costs.append(seconds_per_iteration(result, before.results_s))
+    for name in runs if not host_tail else []:
+        cost = seconds_per_iteration(costed_by[0], costed_by[1].results_s) \
+            if costed_by is not None else noted
+        if plan.run_s > 0 and cost is not None:
+            costs.append(cost)
             fit = iterations_within(plan.run_s, costs[-1], planned, blocks)
             final = _with_counts(base, fit, blocks) if fit < planned else base
         results.append(launch(name, final, echo=name == runs[-1]))
         costed_by = (results[-1], launches[-1])
+    if target is None and costed_by is not None:
+        note_cost(plan.step_note, seconds_per_iteration(costed_by[0], costed_by[1].results_s))
+    if host_tail and calibration:
+        results.append(stepped[calibration.chosen][0])
     quiet = _confirm_quiet_figures(plan, workdir, results, runs, launch, final, env)
     counts = [r.iterations for r in results]  # every run's, confirmations included
     budget = None if not costs else {
@@ -374,7 +410,8 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
                         for i, r in (calibration.steps if calibration else [])],
         "calibration_started_at": hint,
         # The quiet p99/p50 of the calibration step that showed the target out of this
-        # host's reach (calibration then stopped, and one run was measured); else None.
+        # host's reach (calibration then stopped there, and that step is the one run);
+        # else None.
         "host_tail_out_of_reach": host_tail,
         "strongest": target is not None and calibration is not None
         and calibration.chosen == len(LADDER) - 1,
