@@ -185,21 +185,27 @@ def median_case(cases: list[dict[str, float]]) -> dict[str, float]:
 def print_table(reports: list[Session]) -> None:
     families = sorted({f for r in reports for f in r.by_family})
     print("# cost of one case, median over the family's passing cases (seconds); "
-          "l = launches, ratio = total / floor")
-    width = 32
+          "l = launches, ratio = total / floor; all = the family's cases together, and their "
+          "share of the session's")
+    width = 40
     print(f"{'family':18}" + "".join(f" | {r.system[:width]:>{width}}" for r in reports))
-    print(f"{'':18}" + "".join(f" | {'n  l  total  floor  ratio':>{width}}" for _ in reports))
+    print(f"{'':18}" + "".join(f" | {'n  l  total  floor  ratio     all':>{width}}"
+                               for _ in reports))
+    measured = [sum(c["total"] for cs in r.by_family.values() for c in cs) or 1.0
+                for r in reports]
     for fam in families:
         cells = []
-        for r in reports:
+        for r, session_total in zip(reports, measured, strict=True):
             cases = r.by_family.get(fam)
             if not cases:
                 cells.append(f" | {'-':>{width}}")
                 continue
             m = median_case(cases)
             ratio = m["total"] / m["floor"] if m["floor"] > 0 else float("inf")
+            family_total = sum(c["total"] for c in cases)
+            share = 100 * family_total / session_total
             cell = (f"{len(cases):>3} {m['launches']:>2g} {m['total']:6.1f} {m['floor']:6.2f} "
-                    f"{ratio:6.1f}x")
+                    f"{ratio:6.1f}x {family_total:5.0f} s {share:2.0f}%")
             cells.append(f" | {cell:>{width}}")
         print(f"{fam:18}" + "".join(cells))
     print("\n# each session: wall time, cases, launches; where its cases' time went (floor / "
