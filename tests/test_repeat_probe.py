@@ -194,7 +194,7 @@ def test_a_baseline_that_hung_after_its_results_shortens_the_runs_grace(streams,
         work = tmp_path / name
         work.mkdir()
         rp.Plan(command=[*hang, str(outputs["fanin"])], options=[], probe="fabreg_streams",
-                figures={"rate_min": False, "single_rate": False}, repeats=2, grace_s=8,
+                figures={"rate_min": False, "single_rate": False}, repeats=2, grace_s=5,
                 baseline=[*hang, str(outputs["pairs"])],
                 baseline_figures={"rate_min": "single_rate"},
                 hang_note=str(note)).save(work / rp.PLAN)
@@ -207,13 +207,13 @@ def test_a_baseline_that_hung_after_its_results_shortens_the_runs_grace(streams,
     waited = [x["seconds"] for x in result["launches"]]
     assert all(x["hung_after_results"] for x in result["launches"])
     # the first baseline's hang was waited out in full; no run waited as long after it
-    assert all(launch.KNOWN_HANG_GRACE_S <= w < 8 for w in waited), waited
+    assert all(launch.KNOWN_HANG_GRACE_S <= w < 5 for w in waited), waited
     assert result["best"]["single_rate"] > 0 and result["best"]["rate_min"] > 0
     # the hang was noted for the run: a later job launching the same way waits less from
     # its first launch on (its baseline's), and still keeps every value
     assert json.loads(note.read_text())["output"] == rp.baseline_output(1)
-    assert [x["seconds"] >= 8 for x in result["baseline_launches"]] == [True, False]
+    assert [x["seconds"] >= 5 for x in result["baseline_launches"]] == [True, False]
     later = job("later")
     waited = [x["seconds"] for x in later["baseline_launches"] + later["launches"]]
-    assert all(launch.KNOWN_HANG_GRACE_S <= w < 8 for w in waited), waited
+    assert all(launch.KNOWN_HANG_GRACE_S <= w < 5 for w in waited), waited
     assert later["best"]["single_rate"] > 0 and later["best"]["rate_min"] > 0
