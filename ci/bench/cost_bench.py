@@ -25,7 +25,10 @@ every timed session: a site's nightly, as against a fresh clone's first run.
 Usage:
   python ci/bench/cost_bench.py [--system local] [--system minicluster] [--before REV]
                                 [--calibrate N] [-- RFM_OPTIONS...]
-  python ci/bench/cost_bench.py --report run-report.json [--report ...]
+  python ci/bench/cost_bench.py --report run-report.json [--report ...] [--by-nodes]
+
+``--by-nodes`` splits each report by the cases' node count (a 4-node cluster's run holds
+the 1-, 2- and 4-node variants): the session line then gives the cases' summed time.
 """
 
 from __future__ import annotations
@@ -178,6 +181,36 @@ def read_report(path: Path) -> Session:
                    - int(info.get("num_skipped", 0)), int(info.get("num_failures", 0)))
 
 
+def nodes_of(case: dict) -> int:
+    """The case's node count (its ``nodes`` parameter; 1 where it has none)."""
+    for part in str(case.get("display_name", "")).split():
+        if part.startswith("%nodes="):
+            return int(part.split("=", 1)[1])
+    return 1
+
+
+def by_nodes(path: Path) -> list[Session]:
+    """One finished run's report as one session per node count (the 1-, 2- and 4-node
+    variants of a 4-node cluster side by side); their wall time is their cases' sum."""
+    data = json.loads(path.read_text())
+    groups: dict[int, Session] = {}
+    for run in data.get("runs", []):
+        for case in run.get("testcases", []):
+            nodes = nodes_of(case)
+            system = str(case.get("system", "?")).split(":")[0]
+            session = groups.setdefault(nodes, Session(f"{system}, {nodes} node(s)",
+                                                       defaultdict(list), 0, 0.0, 0, 0))
+            costs = case_costs(case)
+            if costs is None:
+                session.skipped += 1
+                session.failed += case.get("result") == "fail"
+                continue
+            session.by_family[family(case)].append(costs)
+            session.passed += 1
+            session.seconds += costs["total"]
+    return [groups[n] for n in sorted(groups)]
+
+
 def median_case(cases: list[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.median(c[k] for c in cases) for k in (*PARTS, "total", "launches")}
 
@@ -234,9 +267,12 @@ def main() -> None:
                         help="also run each session with the suite at this git revision")
     parser.add_argument("--calibrate", type=int, default=0, metavar="N",
                         help="record this host's baseline from N sessions first")
+    parser.add_argument("--by-nodes", action="store_true",
+                        help="with --report: one column per node count of each report")
     parser.add_argument("rfm_args", nargs="*", help="after --: ReFrame options")
     args = parser.parse_args()
-    reports = [read_report(p) for p in args.report]
+    reports = [s for p in args.report for s in by_nodes(p)] if args.by_nodes else \
+        [read_report(p) for p in args.report]
     if not args.report or args.system:
         with tempfile.TemporaryDirectory(prefix="cost-bench-") as tmp:
             work = Path(tmp)
