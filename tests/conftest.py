@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from fabreg.testlib.build_cache import CACHE_VARIABLE
+
 REPO = Path(__file__).resolve().parents[1]
 #: Real outputs of OSU 7.2, UCX 1.13 ucx_perftest and perftest 4.5 (tests/data/golden/README.md).
 GOLDEN = Path(os.environ.get("FABREG_GOLDEN", REPO / "tests" / "data" / "golden"))
@@ -29,6 +31,10 @@ def pytest_configure(config: pytest.Config) -> None:
     run starts hundreds. Its own directory, removed at the end, leaves ``/tmp`` as it found it.
     The tests' own temporary paths (pytest's ``tmp_path``) stay where they were. The workers
     of pytest-xdist share their controller's.
+
+    The probes' build cache (``fabreg.testlib.build_cache``) lies there too: the run's first
+    ReFrame session of each MPI compiles them, later ones reuse that build, and nothing of an
+    earlier run (or of the user's own cache) is reused.
     """
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
@@ -37,6 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.chmod(own, 0o1777)  # as /tmp: the normal user of tests/test_site_cluster.py writes here
     config.stash[_OWN_TMPDIR] = (own, os.environ.get("TMPDIR"))
     os.environ["TMPDIR"] = own
+    os.environ.setdefault(CACHE_VARIABLE, os.path.join(own, "build-cache"))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

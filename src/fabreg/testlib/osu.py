@@ -39,6 +39,7 @@ from fabreg.run.parsers.osu import (
 )
 from fabreg.schema import lower_is_better
 from fabreg.testlib.base import reframe_errors
+from fabreg.testlib.build_cache import ProbeBuildCacheMixin
 from fabreg.testlib.builds import BuildsApartMixin
 from fabreg.testlib.measurement import RepeatedMeasurement
 from fabreg.testlib.mpi import MpiCheck, mpi_name, unavailable_reason
@@ -73,7 +74,7 @@ WRAPPER_SHOW = "rfm_mpi_show.txt"
 LDD_PREFIX = "rfm_ldd_"
 
 
-class OsuBinaries(rfm.CompileOnlyRegressionTest, BuildsApartMixin):
+class OsuBinaries(rfm.CompileOnlyRegressionTest, BuildsApartMixin, ProbeBuildCacheMixin):
     """Fixture: the OSU binaries of one environment (Spack, real OSU or the bundled probes).
 
     Every binary must load the environment's MPI library (``fabreg.run.linkage``):

@@ -25,6 +25,7 @@ from fabreg import schema
 from fabreg.run import providers, repeat_probe
 from fabreg.run.interference import HARNESS_VARIABLE, harness_identity
 from fabreg.testlib.base import reframe_errors
+from fabreg.testlib.build_cache import ProbeBuildCacheMixin
 from fabreg.testlib.builds import BuildsApartMixin
 from fabreg.testlib.measurement import ConfirmedValues
 from fabreg.testlib.mpi import MpiCheck, unavailable_reason
@@ -33,7 +34,7 @@ from fabreg.testlib.references import ReferenceKeys
 PROBES = ("fabreg_streams", "fabreg_tail_latency", "fabreg_matmul", "fabreg_sweep")
 
 
-class WorkloadProbes(rfm.CompileOnlyRegressionTest, BuildsApartMixin):
+class WorkloadProbes(rfm.CompileOnlyRegressionTest, BuildsApartMixin, ProbeBuildCacheMixin):
     """Fixture: fabreg's workload probes built with one environment's MPI."""
 
     build_system = "Make"

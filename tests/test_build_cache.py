@@ -1,0 +1,109 @@
+"""The probes' build cache (``fabreg.testlib.build_cache``): real builds with the real MPI
+compiler wrappers, in a bash script as ReFrame writes it, and in real ReFrame sessions."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import have, run_reframe
+
+from fabreg.run import providers
+from fabreg.testlib import build_cache
+from fabreg.testlib.workloads import PROBES
+
+
+def test_the_products_come_after_what_they_are_made_from():
+    made = build_cache.products(providers.probes_source_dir(), [])
+    helpers = [n for n in made if n.endswith(".o")]
+    assert helpers and made[:len(helpers)] == helpers
+    assert made[len(helpers)] == "libprobe.a"
+    assert {"osu_latency", "fabreg_streams"} <= set(made[len(helpers) + 1:])
+    some = build_cache.products(providers.probes_source_dir(), list(PROBES))
+    assert some[len(helpers) + 1:] == list(PROBES)
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"FABREG_BUILD_CACHE": "/x/cache"}, Path("/x/cache")),
+    ({"FABREG_BUILD_CACHE": "off"}, None),
+    ({"FABREG_BUILD_CACHE": ""}, None),
+    ({"XDG_CACHE_HOME": "/x/xdg"}, Path("/x/xdg/fabreg/probes")),
+    ({"HOME": "/x/home"}, Path("/x/home/.cache/fabreg/probes")),
+])
+def test_where_the_cache_lies(monkeypatch, env, expected):
+    for name in ("FABREG_BUILD_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert build_cache.cache_root() == expected
+
+
+def _build(work: Path, cache: Path, sources: Path, compiler: str) -> str:
+    """The probes built in ``work`` by a bash script as ReFrame writes one (its ERR trap
+    included), with the cache's lines around ``make``; what it printed."""
+    work.mkdir()
+    for path in sources.iterdir():
+        shutil.copy(path, work)
+    make = f'make -j 1 CC="{compiler}" CFLAGS="-O2" fabreg_streams'
+    before, after = build_cache.cache_commands(cache, sources, make, compiler,
+                                               ["fabreg_streams"])
+    script = "\n".join(["trap 'exit $?' ERR", *before, make, *after])
+    done = subprocess.run(["bash", "-c", script], cwd=work, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not have("mpicc.openmpi") or not have("mpicc.mpich"),
+                    reason="needs Open MPI's and MPICH's compiler wrappers")
+def test_a_build_is_kept_reused_and_told_apart_by_source_and_compiler(tmp_path):
+    sources, cache = tmp_path / "probes", tmp_path / "cache"
+    shutil.copytree(providers.probes_source_dir(), sources)
+    first = _build(tmp_path / "first", cache, sources, "mpicc.openmpi")
+    assert "mpicc.openmpi" in first and "from the build cache" not in first
+    (entry,) = cache.iterdir()
+    assert sorted(p.name for p in entry.iterdir()) == sorted(
+        build_cache.products(sources, ["fabreg_streams"]))
+    again = _build(tmp_path / "again", cache, sources, "mpicc.openmpi")
+    assert f"the probes from the build cache {entry}" in again
+    assert "'fabreg_streams' is up to date" in again and "mpicc.openmpi " not in again
+    assert (tmp_path / "again" / "fabreg_streams").stat().st_size > 0
+    # another MPI's wrapper, then a changed source: built, each kept apart
+    other = _build(tmp_path / "other", cache, sources, "mpicc.mpich")
+    assert "mpicc.mpich" in other and "from the build cache" not in other
+    with (sources / "probe_common.c").open("a") as f:
+        f.write("\n/* changed */\n")
+    changed = _build(tmp_path / "changed", cache, sources, "mpicc.openmpi")
+    assert "from the build cache" not in changed
+    assert len(list(cache.iterdir())) == 3
+    # a cache that cannot be made (here under a file, which stops root too) costs only the
+    # saving: the build itself succeeds
+    (tmp_path / "a-file").write_text("")
+    built = _build(tmp_path / "unwritable", tmp_path / "a-file" / "cache", sources,
+                   "mpicc.openmpi")
+    assert "mpicc.openmpi" in built and (tmp_path / "unwritable" / "fabreg_streams").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not have("mpicc.openmpi"), reason="OpenMPI is not installed")
+def test_a_second_session_takes_the_probes_from_the_cache_and_checks_them(tmp_path):
+    cache = tmp_path / "cache"
+    outputs = []
+    for session in ("first", "second"):
+        (tmp_path / session).mkdir()
+        proc = run_reframe("-r", "-n", "OsuLatency", "-p", "openmpi", "-S", "repeats=1",
+                           perflog_dir=tmp_path / session / "perflogs", cwd=tmp_path / session,
+                           env={"FABREG_BUILD_CACHE": str(cache)})
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+        # the fixture's stage directory (its dependents run from it) or its output directory
+        build = next((tmp_path / session).rglob("OsuBinaries_*/rfm_build.out"))
+        outputs.append(build.read_text())
+    first, second = outputs
+    assert "mpicc.openmpi" in first and "from the build cache" not in first
+    assert "from the build cache" in second and "Nothing to be done" in second
+    # the binaries' MPI linkage was read again after the copy, as after any build
+    ldd = next((tmp_path / "second").rglob("OsuBinaries_*/rfm_ldd_osu_latency.txt"))
+    assert "libmpi" in ldd.read_text()
