@@ -65,6 +65,7 @@ def test_a_build_is_kept_reused_and_told_apart_by_source_and_compiler(tmp_path):
     first = _build(tmp_path / "first", cache, sources, "mpicc.openmpi")
     assert "mpicc.openmpi" in first and "from the build cache" not in first
     (entry,) = cache.iterdir()
+    assert entry.stat().st_mode & 0o777 == 0o755  # others may read it, as a shared cache
     assert sorted(p.name for p in entry.iterdir()) == sorted(
         build_cache.products(sources, ["fabreg_streams"]))
     again = _build(tmp_path / "again", cache, sources, "mpicc.openmpi")

@@ -76,8 +76,8 @@ def cache_commands(root: Path, sources: Path, make: str, compiler: str,
         f'if [ -n "${ENTRY}" ] && [ ! -d "${ENTRY}" ] && make -q {quoted_targets} '
         f'>/dev/null 2>&1 && mkdir -p {top} 2>/dev/null; then '
         f'fabreg_new=$(mktemp -d {top}/.new-XXXXXX 2>/dev/null) && '
-        f'{{ cp {built} "$fabreg_new"/ && mv -T "$fabreg_new" "${ENTRY}"; }} 2>/dev/null '
-        f'|| rm -rf "$fabreg_new"; fi',
+        f'{{ cp {built} "$fabreg_new"/ && chmod 755 "$fabreg_new" && '
+        f'mv -T "$fabreg_new" "${ENTRY}"; }} 2>/dev/null || rm -rf "$fabreg_new"; fi',
     ]
     return before, after
 
