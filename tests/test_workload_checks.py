@@ -190,12 +190,17 @@ def test_probe_checks_write_perflogs_with_references_and_counters(tmp_path):
         assert row["mpi"] == "openmpi" and row["provider"] == "fabreg-probes"
         assert row["transport"] == "shm" and row["nodes"] == "1"
         assert row["transport_used"] == "shm", row["transport_used"]
-    # The tail check keeps every repeat's output next to the job's own.
-    kept = list((tmp_path / "output").rglob("tail_run1.out"))
-    assert kept, "tail_run1.out not kept"
-    # ... and the calibration: what was tried, what was chosen, what was reached.
+    # The tail check keeps, next to the job's own output, the calibration (what was tried,
+    # what was chosen, what was reached) and the output of every run its figures come from:
+    # its measured runs, or the calibration step that showed the environment out of reach.
     (result,) = list((tmp_path / "output").rglob("tail-environment.json"))
-    assert json.loads(result.read_text())["calibration"]
+    environment = json.loads(result.read_text())
+    assert environment["calibration"] and environment["runs"], environment
+    for name in environment["runs"]:
+        assert (result.parent / name).is_file(), f"{name} not kept"
+    if environment["host_tail_out_of_reach"]:
+        assert environment["runs"] == [f"tail_calibrate{environment['calibration'][-1]['step']}"
+                                       ".out"], environment["runs"]
 
 
 @pytest.mark.slow
