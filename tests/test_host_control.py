@@ -4,11 +4,10 @@ table of what it does to a confirmed failure."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 
 import pytest
+from test_measure import hog, stop
 
 from fabreg.run import host_control
 from fabreg.run import transport as tx
@@ -76,17 +75,14 @@ def test_a_control_that_judges_failing_values_is_sampled_and_its_best_kept():
 def test_a_control_on_a_busy_host_waits_no_longer_than_the_plans_quiet_wait():
     # Two busy loops on every CPU: the host never quietens, and a plan that lets its
     # confirmation wait 2 s for a quiet host waits no longer here (not QUIET_WAIT_S).
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-            for _ in range(2 * (os.cpu_count() or 1))]
+    hogs = hog(2 * (os.cpu_count() or 1))
     try:
         started = time.monotonic()
         out = host_control.after_job("no-such-token", 0.10, failing=True, samples=1,
                                      quiet_wait_s=2.0)
         waited = time.monotonic() - started
     finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
+        stop(hogs)
     assert out["contended"] and out["other_share"] > 0.10, out
     assert 2.0 <= waited < host_control.QUIET_WAIT_S, waited
 
