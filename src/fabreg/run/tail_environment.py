@@ -363,33 +363,36 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
             calibration = Calibration(calibration_steps, calibration_steps[-1][0])
         background = LADDER[calibration.chosen]
     final = base = [*plan.options, *(background.options() if background else [])]
-    runs = [f"tail_run{i}.out" for i in range(1, plan.repeats + 1)]
-    if host_tail and calibration:
-        # The outcome is known: the step that showed it is the environment's one run (its
-        # figures go to the perflog, marked inconclusive), no longer run measured after it.
-        runs = [f"tail_calibrate{calibration.chosen}.out"]
-        sys.stdout.write((workdir / runs[0]).read_text(errors="replace"))
     planned, blocks = _count(plan.options, "-i", 1000), _count(plan.options, "-k", 5)
     results: list[TailLatencyResult] = []
-    # Each run is costed by the launch before it at the same setting: the chosen calibration
-    # step, then the previous run. Quiet: no steps, so the first run is costed by the run's
-    # earlier quiet job of the same collective (another algorithm), if there was one.
-    costed_by = stepped.get(calibration.chosen) if calibration else None
-    noted = noted_cost(plan.step_note) if target is None else None
     costs: list[float] = []
-    for name in runs if not host_tail else []:
-        cost = seconds_per_iteration(costed_by[0], costed_by[1].results_s) \
-            if costed_by is not None else noted
-        if plan.run_s > 0 and cost is not None:
-            costs.append(cost)
-            fit = iterations_within(plan.run_s, costs[-1], planned, blocks)
-            final = _with_counts(base, fit, blocks) if fit < planned else base
-        results.append(launch(name, final, echo=name == runs[-1]))
-        costed_by = (results[-1], launches[-1])
-    if target is None and costed_by is not None:
-        note_cost(plan.step_note, seconds_per_iteration(costed_by[0], costed_by[1].results_s))
     if host_tail and calibration:
+        # The outcome is known: the step that showed it is the environment's one run (its
+        # figures go to the perflog, marked inconclusive), no run measured after it.
+        runs = [f"tail_calibrate{calibration.chosen}.out"]
         results.append(stepped[calibration.chosen][0])
+        sys.stdout.write((workdir / runs[0]).read_text(errors="replace"))
+    else:
+        runs = [f"tail_run{i}.out" for i in range(1, plan.repeats + 1)]
+
+        def cost_of(done: tuple[TailLatencyResult, Launch]) -> float:
+            return seconds_per_iteration(done[0], done[1].results_s)
+        # Each run is costed by the launch before it at the same setting: the chosen
+        # calibration step, then the previous run. Quiet: no steps, so the first run is
+        # costed by the run's earlier quiet job of the same collective (another algorithm),
+        # if there was one; this job notes its own for the next.
+        costed_by = stepped.get(calibration.chosen) if calibration else None
+        noted = noted_cost(plan.step_note) if target is None else None
+        for name in runs:
+            cost = cost_of(costed_by) if costed_by is not None else noted
+            if plan.run_s > 0 and cost is not None:
+                costs.append(cost)
+                fit = iterations_within(plan.run_s, costs[-1], planned, blocks)
+                final = _with_counts(base, fit, blocks) if fit < planned else base
+            results.append(launch(name, final, echo=name == runs[-1]))
+            costed_by = (results[-1], launches[-1])
+        if target is None and costed_by is not None:
+            note_cost(plan.step_note, cost_of(costed_by))
     quiet = _confirm_quiet_figures(plan, workdir, results, runs, launch, final, env)
     counts = [r.iterations for r in results]  # every run's, confirmations included
     budget = None if not costs else {
