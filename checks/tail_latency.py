@@ -10,10 +10,12 @@ p99/p50 reaches a target. ``environment`` is a parameter:
 
 The job runs ``fabreg.run.tail_environment``: it bisects a ladder of background intensities
 with short probe runs until the loaded tail lands near the target, then measures
-``repeats`` full runs there (figures: their medians; in the quiet environment, which
-references judge, the lowest of the runs, and a failing one is confirmed by more runs spread
-in time: fabreg.run.confirm). The ratio reached, the background
-chosen and the calibration steps are logged. The probe alternates blocks with its
+``repeats`` full runs there (figures: their medians). The quiet environment, which
+references judge, measures as the other checks do (fabreg.run.confirm): its figures are the
+lowest of its runs, one run when they all lie inside their warning bands, ``repeats`` when one
+is within reach of its limit or has no reference, and a failing one is confirmed by more runs
+spread in time. The ratio reached, the background chosen and the calibration steps are
+logged. The probe alternates blocks with its
 background asleep and streaming, so each run also shows whether the background reaches the
 measured ranks at all. A host busy with other work makes an environment ``inconclusive``
 (never a sanity failure); so does a target this host cannot reach, with the figures. The
@@ -81,8 +83,15 @@ class TailLatency(MeteredJob, ProbeCheck):
     measured_ranks = variable(int, value=2, loggable=True)
     background_pairs = variable(int, value=1, loggable=True)
     #: Measured runs per test case at the chosen background; the figures are their medians
-    #: (quiet environment: their lowest).
+    #: (quiet environment: their lowest, and a run whose figures all lie inside their
+    #: warning bands is the only one: ``fabreg.run.confirm.settled``).
     repeats = variable(int, value=3, loggable=True)
+    #: Perf variable -> how many runs its figure rests on, confirmation runs included
+    #: (perflog), as the other checks log it.
+    #:
+    #: :type: ``dict``
+    #: :default: ``{}``
+    measurements = variable(dict, value={}, loggable=True)
     #: Seconds a measured run may take: where ``iterations`` would take longer (costed by
     #: the launch before it: the chosen calibration step, then the previous run; quiet: the
     #: run's earlier quiet job of the same collective first; its wall time to complete
@@ -219,6 +228,7 @@ class TailLatency(MeteredJob, ProbeCheck):
             calibration_iterations=self.calibration_iterations,
             calibration_blocks=self.calibration_blocks, repeats=self.repeats,
             fail_limits=self.failure_limits(tail_environment.QUIET_FIGURES),
+            warn_limits=self.warning_limits(tail_environment.QUIET_FIGURES),
             confirm_span_s=self.confirm_span, confirm_runs=self.confirm_runs,
             lasting_failures=lasting_failures_dir(self.stagedir),
             confirm_budget_s=self.confirm_budget,
@@ -291,6 +301,8 @@ class TailLatency(MeteredJob, ProbeCheck):
     def log_confirmation(self) -> None:
         result = self.environment_result()
         self.confirmation = dict(result.get("confirmation", {}))
+        self.measurements = dict.fromkeys(("p50", "p99", "max", "p99_over_p50"),
+                                          len(result["runs"]))
         say_how_confirmed(self, result)
 
     @run_before("performance")

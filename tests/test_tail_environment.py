@@ -147,6 +147,26 @@ def test_quiet_environment_runs_no_background(openmpi_probe, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_quiet_run_inside_every_warning_band_is_the_only_one(openmpi_probe, tmp_path):
+    """Interference only raises a latency and its tail, so a quiet run whose figures all lie
+    inside their warning bands is a pass with margin: no more runs. A figure within reach of
+    its limit, or without a reference, is measured ``repeats`` times (its best judged)."""
+    wide = {"p50": 1e9, "p99": 1e9, "p99_over_p50": 1e9}
+    (tmp_path / "inside").mkdir()
+    result, stdout = _drive(openmpi_probe, tmp_path / "inside", "quiet", 2, 0,
+                            warn_limits=wide)
+    assert result["runs"] == ["tail_run1.out"]
+    assert len(result["launches"]) == 1
+    # the one run is echoed on the job's stdout, as a last run is
+    assert "# end fabreg_tail_latency status=ok background_rounds=0" in stdout
+    for name, warn in [("near", {**wide, "p50": 0.001}), ("no_reference", {"p50": 1e9})]:
+        (tmp_path / name).mkdir()
+        result, _ = _drive(openmpi_probe, tmp_path / name, "quiet", 2, 0, warn_limits=warn)
+        assert result["runs"] == ["tail_run1.out", "tail_run2.out", "tail_run3.out"], name
+        assert result["confirmation"] == {}  # no failure limit: nothing to confirm
+
+
+@pytest.mark.slow
 def test_a_quiet_job_costs_its_first_run_by_the_runs_earlier_quiet_job(openmpi_probe,
                                                                        tmp_path):
     """The quiet environment has no calibration step to cost its first run by: the run's

@@ -370,6 +370,42 @@ def test_each_tail_latency_algorithm_has_its_own_reference_row_and_its_job_is_it
         assert figure["own_cpu_s"] > 0.5 * figure["busy_cpu_s"], figure
 
 
+#: Quiet allreduce tail rows no host misses: every figure lies inside its warning band.
+TAIL_INSIDE = "system: local\nreferences:\n" + "".join(
+    f"  - {{benchmark: fabreg_tail_latency_allreduce_default_quiet, metric: {m}, "
+    f"size: 65536, value: 1.0e+9, unit: {u}}}\n"
+    for m, u in (("p50", "us"), ("p99", "us"), ("p99_over_p50", "ratio")))
+
+
+def test_a_quiet_tail_inside_its_warning_bands_is_measured_once_as_every_value_is(tmp_path):
+    """The quiet environment's figures are judged as every other value is: a first run
+    inside its warning bands is a pass with margin, the job's only run, and the perflog says
+    how many runs each figure rests on. Without a reference (the second case) the figures
+    are what a baseline is calibrated from: ``repeats`` runs."""
+    checks = tmp_path / "checks"
+    (checks / "references").mkdir(parents=True)
+    shutil.copy(REPO / "checks" / "tail_latency.py", checks)
+    (checks / "references" / "local.yaml").write_text(TAIL_INSIDE)
+    proc = run_reframe("-r", "-p", "openmpi", "-n",
+                       "TailLatency%.*case=allreduce:(default|ring)%environment=quiet",
+                       "-S", "TailLatency.iterations=300", "-S", "TailLatency.blocks=4",
+                       checks=checks, perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    rows = {r["algorithm"]: r for r in _rows(tmp_path / "perflogs", "TailLatency")}
+    inside, unreferenced = rows["default"], rows["ring"]
+    assert json.loads(inside["verdicts"]) == dict.fromkeys(("p50", "p99", "p99_over_p50"),
+                                                           "ok"), inside["verdicts"]
+    assert json.loads(inside["measurements"]) == dict.fromkeys(
+        ("p50", "p99", "max", "p99_over_p50"), 1), inside["measurements"]
+    assert json.loads(unreferenced["measurements"])["p50"] == 3, unreferenced["measurements"]
+    assert unreferenced["ref_status"] == "missing", unreferenced["ref_status"]
+    kept = {path.parent: json.loads(path.read_text())["runs"]
+            for path in (tmp_path / "output").rglob("tail-environment.json")}
+    assert sorted(map(len, kept.values())) == [1, 3], kept  # the runs the figures rest on
+    assert all((d / name).is_file() for d, runs in kept.items() for name in runs), kept
+
+
 @pytest.mark.skipif(not shutil.which("ucx_perftest"), reason="ucx_perftest is not installed")
 def test_a_client_server_failure_is_confirmed_in_the_job_spread_in_time(tmp_path):
     """ucx_perftest through ReFrame against a latency no host meets: the failing figure is

@@ -12,7 +12,9 @@ measures ``repeats`` full runs at that setting. A step whose quiet blocks alread
 p99/p50 above the target's reach (the host's own tail: 2-18x on a 2-core VM) ends the
 calibration: no background can make the environment, its verdict is ``inconclusive``
 whatever more steps or runs would show, and that step's run is the one the perflog gets (no
-run is measured after it). The run's later jobs of the same environment, collective, MPI,
+run is measured after it). The *quiet* environment's figures are judged by references: a run
+whose figures all lie inside their warning bands is its only one, as for every other check
+(``fabreg.run.confirm.settled``). The run's later jobs of the same environment, collective, MPI,
 transport and node count (the other algorithms) try the step the last one chose first
 (``step_note``): on 4 MPICH nodes a calibration step takes 8-20 s, and three of four later
 jobs needed only that one step (session 15). The *quiet* environment runs no background.
@@ -169,6 +171,11 @@ class Plan(JsonPlan, ConfirmationPlan):
     #: Quiet environment: perf variable (``p50``, ``p99``, ``p99_over_p50``) -> failure
     #: limit; a figure whose best run crosses it is confirmed (fabreg.run.confirm).
     fail_limits: dict[str, float] = field(default_factory=dict)
+    #: Quiet environment: perf variable -> warning limit. A run whose figures all lie inside
+    #: theirs is the only one: interference only raises a latency and its tail, so more runs
+    #: could only lower the best (fabreg.run.confirm.settled). Without a limit a figure is
+    #: measured ``repeats`` times.
+    warn_limits: dict[str, float] = field(default_factory=dict)
     #: Seconds a measured run may take (0: no limit): where the planned iterations would take
     #: longer, the runs use the count that fits (:func:`iterations_within`).
     run_s: float = 0.0
@@ -288,6 +295,11 @@ def loaded_ratio(result: TailLatencyResult) -> float:
 QUIET_FIGURES = {"p50": "p50_us", "p99": "p99_us", "p99_over_p50": "p99_over_p50"}
 
 
+def quiet_figures(result: TailLatencyResult) -> dict[str, float]:
+    """The quiet figures of one run, by perf variable."""
+    return {name: float(getattr(result.quiet, row)) for name, row in QUIET_FIGURES.items()}
+
+
 def _confirm_quiet_figures(plan: Plan, workdir: Path, results: list[TailLatencyResult],
                            runs: list[str], launch: Callable[..., TailLatencyResult],
                            options: list[str], env: dict[str, str]) -> Measurements | None:
@@ -302,17 +314,14 @@ def _confirm_quiet_figures(plan: Plan, workdir: Path, results: list[TailLatencyR
     if plan.target is not None or not limits:
         return None
 
-    def figures(result: TailLatencyResult) -> dict[str, float]:
-        return {n: float(getattr(result.quiet, QUIET_FIGURES[n])) for n in limits}
-
     def again(_: list[str]) -> dict[str, float]:
         runs.append(f"tail_run{len(runs) + 1}.out")
         results.append(launch(runs[-1], options))
-        return figures(results[-1])
+        return quiet_figures(results[-1])
 
     measurements = Measurements(dict.fromkeys(limits, True))
     for result in results:
-        measurements.record(figures(result))
+        measurements.record(quiet_figures(result))
     measurements.confirm(limits, Confirmation.of(plan, env[TOKEN_VARIABLE], workdir), again)
     return measurements
 
@@ -383,6 +392,8 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         # if there was one; this job notes its own for the next.
         costed_by = stepped.get(calibration.chosen) if calibration else None
         noted = noted_cost(plan.step_note) if target is None else None
+        # Quiet: the figures references judge, measured only as often as their verdict needs.
+        settling = Measurements(dict.fromkeys(QUIET_FIGURES, True))
         for name in runs:
             cost = cost_of(costed_by) if costed_by is not None else noted
             if plan.run_s > 0 and cost is not None:
@@ -391,6 +402,13 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
                 final = _with_counts(base, fit, blocks) if fit < planned else base
             results.append(launch(name, final, echo=name == runs[-1]))
             costed_by = (results[-1], launches[-1])
+            if target is None:
+                settling.record(quiet_figures(results[-1]))
+                if not settling.unsettled(plan.warn_limits, plan.repeats):
+                    break
+        if len(results) < len(runs):  # settled early: its last run was not echoed yet
+            runs = runs[:len(results)]
+            sys.stdout.write((workdir / runs[-1]).read_text(errors="replace"))
         if target is None and costed_by is not None:
             note_cost(plan.step_note, cost_of(costed_by))
     quiet = _confirm_quiet_figures(plan, workdir, results, runs, launch, final, env)
