@@ -94,8 +94,8 @@ class TailLatency(MeteredJob, ProbeCheck):
     measurements = variable(dict, value={}, loggable=True)
     #: Seconds a measured run may take: where ``iterations`` would take longer (costed by
     #: the launch before it: the chosen calibration step, then the previous run; quiet: the
-    #: run's earlier quiet job of the same collective first; its wall time to complete
-    #: results, not only its mean latencies), the run uses the count that
+    #: run's earlier quiet job of the same collective first, else the probe's warm-up; its
+    #: wall time to complete results, not only its mean latencies), the run uses the count that
     #: fits, at least ``fabreg.run.tail_environment.MIN_RUN_ITERATIONS``.
     #: 0 keeps ``iterations``.
     #:

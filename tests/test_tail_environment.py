@@ -170,22 +170,24 @@ def test_a_quiet_run_inside_every_warning_band_is_the_only_one(openmpi_probe, tm
 def test_a_quiet_job_costs_its_first_run_by_the_runs_earlier_quiet_job(openmpi_probe,
                                                                        tmp_path):
     """The quiet environment has no calibration step to cost its first run by: the run's
-    first quiet job of a collective runs it uncosted and notes what its last run cost; the
-    next one (another algorithm) cuts its first run to fit as well."""
+    first quiet job of a collective has the probe cost it by its own warm-up, and notes
+    what its last run cost; the next one (another algorithm) cuts its first run by that."""
     note = tmp_path / ".fabreg-tail-steps-x" / "quiet-allreduce-shm-1n"
     first_dir, later_dir = tmp_path / "first", tmp_path / "later"
     first_dir.mkdir()
     later_dir.mkdir()
     first, _ = _drive(openmpi_probe, first_dir, "quiet", 2, 0, run_s=0.001,
                       step_note=str(note))
-    # uncosted first run (its 400 iterations), then the two it costed, cut to the fewest
-    assert first["run_budget"]["per_run"] == [400] + [te.MIN_RUN_ITERATIONS] * 2
+    # the first run costed by the probe's warm-up, the next two by the run before each
+    assert first["run_budget"]["per_run"] == [te.MIN_RUN_ITERATIONS] * 3
+    assert first["run_budget"]["costed_by_its_warmup"] == "tail_run1.out"
     assert len(first["run_budget"]["seconds_per_iteration"]) == 2
     noted = te.noted_cost(str(note))
     assert noted is not None and noted > 0
     later, _ = _drive(openmpi_probe, later_dir, "quiet", 2, 0, run_s=0.001,
                       step_note=str(note))
     assert later["run_budget"]["per_run"] == [te.MIN_RUN_ITERATIONS] * 3
+    assert later["run_budget"]["costed_by_its_warmup"] is None
     assert later["run_budget"]["seconds_per_iteration"][0] == pytest.approx(noted, rel=1e-6)
     assert _iterations(later_dir / "tail_run1.out") == te.MIN_RUN_ITERATIONS
 
@@ -231,17 +233,45 @@ def _iterations(path) -> int:
 
 
 @pytest.mark.slow
-def test_quiet_runs_that_would_outrun_their_time_are_cut_after_the_first(openmpi_probe,
-                                                                        tmp_path):
-    # 400 iterations cost far more than 1 ms: the first run costs them, the others are cut
-    # to the floor (the quiet environment has no calibration step to cost them by)
+def test_quiet_runs_that_would_outrun_their_time_are_cut_from_the_first(openmpi_probe,
+                                                                       tmp_path):
+    # 400 iterations cost far more than 1 ms: the first run is cut by the probe's own
+    # warm-up (the quiet environment has no calibration step to cost it by), the others by
+    # the run before each
     result, _ = _drive(openmpi_probe, tmp_path, "quiet", 2, 0, run_s=0.001)
     budget = result["run_budget"]
     assert budget["planned"] == 400 and budget["iterations"] == te.MIN_RUN_ITERATIONS
     assert len(budget["seconds_per_iteration"]) == 2  # the second and third runs'
     assert all(c > 0 for c in budget["seconds_per_iteration"]) and budget["planned_s"] > 0.001
-    assert budget["per_run"] == [400, 200, 200]
-    assert [_iterations(tmp_path / n) for n in result["runs"]] == [400, 200, 200]
+    assert budget["per_run"] == [200, 200, 200]
+    assert [_iterations(tmp_path / n) for n in result["runs"]] == [200, 200, 200]
+
+
+@pytest.mark.slow
+def test_the_probe_keeps_to_a_time_budget_by_its_warm_up(openmpi_probe, tmp_path):
+    """``-T seconds``: the iterations per phase that fit, costed by the warm-up's wall time,
+    between ``-M`` (or the blocks) and ``-i``; a negative budget is refused in one line."""
+    for key, value in OMPI_ROOT.items():
+        os.environ.setdefault(key, value)
+
+    def iterations(*options: str) -> int:
+        out = tmp_path / "probe.out"
+        proc = subprocess.run(["mpirun.openmpi", "--oversubscribe", "-np", "2",
+                               str(openmpi_probe), "-o", "allreduce", "-s", "65536",
+                               "-i", "400", "-k", "8", "-x", "20", *options],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        out.write_text(proc.stdout)
+        return _iterations(out)
+    assert iterations("-T", "1e6") == 400  # fits: never more than -i
+    assert iterations("-T", "0.000001", "-M", "200") == 200  # no time: the floor
+    assert iterations("-T", "0.000001") == 8  # no floor given: the blocks
+    assert iterations("-T", "0.000001", "-M", "1000") == 400  # a floor above -i: -i
+    refused = subprocess.run(["mpirun.openmpi", "--oversubscribe", "-np", "2",
+                              str(openmpi_probe), "-T", "-1"],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0
+    assert "-T >= 0" in refused.stdout + refused.stderr
 
 
 @pytest.mark.slow

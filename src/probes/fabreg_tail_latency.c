@@ -21,7 +21,10 @@
  *   loaded 66.5 105.4 3212.1 5608.0 90.0 64.7 48.3
  *   # end fabreg_tail_latency status=ok background_rounds=140
  *
- * Without background pairs only the quiet row is printed. The collective
+ * Without background pairs only the quiet row is printed. With -T SECONDS the
+ * iterations per phase are those that fit the seconds (never more than -i, never
+ * fewer than -M), costed by the wall time of the warm-up loop, barriers included:
+ * a run no earlier launch has costed keeps to its time. The collective
  * algorithm is chosen outside the probe (Open MPI coll_tuned MCA parameters,
  * MPICH MPIR_CVAR_* variables), so one binary compares algorithms.
  */
@@ -45,8 +48,9 @@ enum phase { OFF = 0, ON = 1, STOP = 2 };
 struct options {
     int alltoall;
     long size;
-    int iterations, warmup, blocks, bg_pairs, bg_window, duty, interleave;
+    int iterations, warmup, blocks, bg_pairs, bg_window, duty, interleave, min_iterations;
     long bg_size;
+    double budget_s;
 };
 
 static const char *const ops[] = {"allreduce", "alltoall", NULL};
@@ -66,6 +70,9 @@ static const struct workload_option option_table[] = {
      .offset = FIELD(bg_window)},
     {.name = "background-duty", .letter = 'D', .type = WORKLOAD_INT, .offset = FIELD(duty)},
     {.name = "interleave", .letter = 'I', .type = WORKLOAD_FLAG, .offset = FIELD(interleave)},
+    {.name = "time-budget", .letter = 'T', .type = WORKLOAD_DOUBLE, .offset = FIELD(budget_s)},
+    {.name = "min-iterations", .letter = 'M', .type = WORKLOAD_INT,
+     .offset = FIELD(min_iterations)},
     {.name = NULL},
 };
 #undef FIELD
@@ -74,7 +81,7 @@ static const struct workload_probe probe = {
     "fabreg_tail_latency",
     "usage: %s [-o allreduce|alltoall] [-s bytes] [-i iterations] [-x warmup] [-k blocks] "
     "[-b background_pairs] [-B background_bytes] [-W background_window] "
-    "[-D background_duty_percent] [-I]\n",
+    "[-D background_duty_percent] [-I] [-T seconds] [-M min_iterations]\n",
     option_table,
 };
 
@@ -194,6 +201,24 @@ static void report(const char *phase, double *t, int n)
 
 struct buffers { char *s, *r; long count; };
 
+static double one_iteration(const struct options *o, MPI_Comm comm, struct buffers *b);
+
+/* The iterations per phase that fit o->budget_s, costed by `warm_s` for o->warmup
+ * iterations (rank 0's wall time); the same on every measured rank. */
+static int iterations_within(const struct options *o, double warm_s, int phases, MPI_Comm comm)
+{
+    int fit = o->iterations, floor = o->min_iterations;
+    if (o->budget_s > 0 && o->warmup > 0 && warm_s > 0) {
+        double per = warm_s / o->warmup * phases;
+        if (o->budget_s / per < o->iterations) fit = (int)(o->budget_s / per);
+    }
+    if (floor < o->blocks) floor = o->blocks;
+    if (floor > o->iterations) floor = o->iterations;
+    if (fit < floor) fit = floor;
+    MPI_Bcast(&fit, 1, MPI_INT, 0, comm);
+    return fit;
+}
+
 static double one_iteration(const struct options *o, MPI_Comm comm, struct buffers *b)
 {
     double t;
@@ -210,7 +235,8 @@ int main(int argc, char **argv)
 {
     struct options o = {.alltoall = 0, .size = 8, .iterations = 1000, .warmup = 100,
                         .blocks = 5, .bg_pairs = 0, .bg_size = 512 << 10, .bg_window = 2,
-                        .duty = 25, .interleave = 0};
+                        .duty = 25, .interleave = 0, .min_iterations = 1,
+                        .budget_s = 0.0};
     struct workload_run run;
     int rank, nranks, measured, color;
     MPI_Comm comm;
@@ -221,9 +247,9 @@ int main(int argc, char **argv)
     nranks = run.nranks;
     if (o.size < 1 || o.iterations < 1 || o.warmup < 0 || o.bg_pairs < 0 ||
         o.bg_size < 1 || o.bg_window < 1 || o.blocks < 1 || o.blocks > o.iterations ||
-        o.duty < 1 || o.duty > 100)
+        o.duty < 1 || o.duty > 100 || o.budget_s < 0 || o.min_iterations < 1)
         workload_refuse(&run, "sizes and counts must be positive "
-                        "(blocks <= iterations, duty 1..100 %%)");
+                        "(blocks <= iterations, duty 1..100 %%, -T >= 0)");
     measured = nranks - 2 * o.bg_pairs;
     if (measured < 2)
         workload_refuse(&run, "%d ranks leave %d for the measurement after "
@@ -236,9 +262,9 @@ int main(int argc, char **argv)
     MPI_Comm_split(MPI_COMM_WORLD, color, rank, &comm);
 
     if (color == 0) {
-        int n, per_block = o.iterations / o.blocks, b, i, nq = 0, nl = 0;
+        int n, per_block, b, i, nq = 0, nl = 0;
         int phases = o.bg_pairs > 0 ? 2 : 1;
-        double *quiet, *loaded, *quiet_max = NULL, *loaded_max = NULL;
+        double *quiet, *loaded, *quiet_max = NULL, *loaded_max = NULL, warm_s;
         struct buffers buf;
         size_t bytes;
         MPI_Comm_size(comm, &n);
@@ -247,9 +273,13 @@ int main(int argc, char **argv)
         bytes = o.alltoall ? (size_t)o.size * n : (size_t)buf.count * 8;
         buf.s = workload_alloc(1, bytes); buf.r = workload_alloc(1, bytes);
         memset(buf.s, 1, bytes);
+        warm_s = MPI_Wtime();
+        for (i = 0; i < o.warmup; i++) one_iteration(&o, comm, &buf);
+        warm_s = MPI_Wtime() - warm_s;
+        o.iterations = iterations_within(&o, warm_s, phases, comm);
+        per_block = o.iterations / o.blocks;
         quiet = workload_alloc(per_block * o.blocks, sizeof(double));
         loaded = workload_alloc(per_block * o.blocks, sizeof(double));
-        for (i = 0; i < o.warmup; i++) one_iteration(&o, comm, &buf);
         for (b = 0; b < o.blocks * phases; b++) {
             int on = phases == 2 && b % 2 == 1;
             if (phases == 2 && rank == 0) set_background(&o, on ? ON : OFF, measured);

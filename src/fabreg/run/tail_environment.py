@@ -21,8 +21,9 @@ jobs needed only that one step (session 15). The *quiet* environment runs no bac
 A run whose planned iterations would take longer than ``run_s`` (4 busy-polling MPICH ranks
 on 2 cores: 28 s for 1,000) runs the count that fits, costed by the launch before it at the
 same setting (the chosen calibration step, then each run; the quiet environment's first run
-by the last run of the run's earlier quiet job of the same collective, where there was one);
-at least ``MIN_RUN_ITERATIONS``.
+by the last run of the run's earlier quiet job of the same collective, where there was one,
+else by the probe itself from the wall time of its warm-up, ``-T``); at least
+``MIN_RUN_ITERATIONS``.
 
 Everything it learnt goes to ``tail-environment.json``: the environment, its target, the
 ladder steps tried with the ratio each reached, the chosen background, the ratio the final
@@ -216,8 +217,8 @@ def noted_cost(step_note: str) -> float | None:
 
 def note_cost(step_note: str, seconds_per_iteration: float) -> None:
     """Leave what one iteration of a quiet run cost where the run's next quiet job of the
-    same collective will look: its first run is then costed too (4 MPICH ranks on 2 cores:
-    an uncosted first run of 1,000 iterations took 33-54 s against ``run_s`` = 10)."""
+    same collective will look: its first run is then costed by a whole launch's wall time,
+    not only by the probe's warm-up."""
     _leave_note(step_note, {"seconds_per_iteration": round(seconds_per_iteration, 9)})
 
 
@@ -375,6 +376,7 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     planned, blocks = _count(plan.options, "-i", 1000), _count(plan.options, "-k", 5)
     results: list[TailLatencyResult] = []
     costs: list[float] = []
+    warmup_costed = ""  # the run the probe costed by its own warm-up (-T), if one was
     if host_tail and calibration:
         # The outcome is known: the step that showed it is the environment's one run (its
         # figures go to the perflog, marked inconclusive), no run measured after it.
@@ -389,18 +391,26 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         # Each run is costed by the launch before it at the same setting: the chosen
         # calibration step, then the previous run. Quiet: no steps, so the first run is
         # costed by the run's earlier quiet job of the same collective (another algorithm),
-        # if there was one; this job notes its own for the next.
+        # if there was one, else by the probe's own warm-up; this job notes its own for the
+        # next.
         costed_by = stepped.get(calibration.chosen) if calibration else None
         noted = noted_cost(plan.step_note) if target is None else None
         # Quiet: the figures references judge, measured only as often as their verdict needs.
         settling = Measurements(dict.fromkeys(QUIET_FIGURES, True))
         for name in runs:
             cost = cost_of(costed_by) if costed_by is not None else noted
+            options = final
             if plan.run_s > 0 and cost is not None:
                 costs.append(cost)
                 fit = iterations_within(plan.run_s, costs[-1], planned, blocks)
-                final = _with_counts(base, fit, blocks) if fit < planned else base
-            results.append(launch(name, final, echo=name == runs[-1]))
+                options = final = _with_counts(base, fit, blocks) if fit < planned else base
+            elif plan.run_s > 0:
+                # No launch before it to cost it by (the run's first quiet job of a
+                # collective): the probe costs it by its own warm-up.
+                options = final = [*base, "-T", f"{plan.run_s:g}", "-M",
+                                   str(MIN_RUN_ITERATIONS)]
+                warmup_costed = name
+            results.append(launch(name, options, echo=name == runs[-1]))
             costed_by = (results[-1], launches[-1])
             if target is None:
                 settling.record(quiet_figures(results[-1]))
@@ -413,10 +423,15 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
             note_cost(plan.step_note, cost_of(costed_by))
     quiet = _confirm_quiet_figures(plan, workdir, results, runs, launch, final, env)
     counts = [r.iterations for r in results]  # every run's, confirmations included
-    budget = None if not costs else {
+    # what a planned run would have taken: the last cost given, else what the probe-costed
+    # run turned out to cost
+    per_iteration = costs[-1] if costs else seconds_per_iteration(
+        results[0], launches[0].results_s) if warmup_costed else 0.0
+    budget = None if not per_iteration else {
         "planned": planned, "iterations": min(counts), "per_run": counts, "run_s": plan.run_s,
         "seconds_per_iteration": [round(c, 6) for c in costs],
-        "planned_s": round(planned * costs[-1], 3)}
+        "costed_by_its_warmup": warmup_costed or None,
+        "planned_s": round(planned * per_iteration, 3)}
     stats = [(r.loaded if target is not None else r.quiet) for r in results]
     ratios = [s.p99_over_p50 for s in stats if s is not None]
     reached = statistics.median(ratios) if ratios else 0.0
