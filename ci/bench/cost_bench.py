@@ -24,7 +24,7 @@ every timed session: a site's nightly, as against a fresh clone's first run.
 
 Usage:
   python ci/bench/cost_bench.py [--system local] [--system minicluster] [--before REV]
-                                [--calibrate N] [-- RFM_OPTIONS...]
+                                [--calibrate N] [--keep] [-- RFM_OPTIONS...]
   python ci/bench/cost_bench.py --report run-report.json [--report ...] [--by-nodes]
 
 ``--by-nodes`` splits each report by the cases' node count (a 4-node cluster's run holds
@@ -269,34 +269,39 @@ def main() -> None:
                         help="record this host's baseline from N sessions first")
     parser.add_argument("--by-nodes", action="store_true",
                         help="with --report: one column per node count of each report")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temporary directory (reports, perflogs, outputs)")
     parser.add_argument("rfm_args", nargs="*", help="after --: ReFrame options")
     args = parser.parse_args()
     reports = [s for p in args.report for s in by_nodes(p)] if args.by_nodes else \
         [read_report(p) for p in args.report]
     if not args.report or args.system:
-        with tempfile.TemporaryDirectory(prefix="cost-bench-") as tmp:
-            work = Path(tmp)
-            before = work / "before"
-            if args.before:
-                subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-f",
-                                str(before), args.before], check=True, capture_output=True)
-            try:
-                for system in args.system or ["local"]:
-                    trees = {"now": (REPO, copied_checks(REPO, work / f"checks-{system}-now"))}
-                    if args.before:
-                        trees = {args.before: (before, copied_checks(
-                            before, work / f"checks-{system}-before")), **trees}
-                    if args.calibrate:
-                        calibrate(system, args.calibrate, args.rfm_args, work,
-                                  [checks for _, checks in trees.values()])
-                    for label, (repo, checks) in trees.items():
-                        reports.append(read_report(run_suite(
-                            system, args.rfm_args, work, repo,
-                            label if args.before or args.calibrate else "", checks)))
-            finally:
+        work = Path(tempfile.mkdtemp(prefix="cost-bench-"))
+        before = work / "before"
+        if args.before:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-f",
+                            str(before), args.before], check=True, capture_output=True)
+        try:
+            for system in args.system or ["local"]:
+                trees = {"now": (REPO, copied_checks(REPO, work / f"checks-{system}-now"))}
                 if args.before:
-                    subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
-                                    str(before)], capture_output=True)
+                    trees = {args.before: (before, copied_checks(
+                        before, work / f"checks-{system}-before")), **trees}
+                if args.calibrate:
+                    calibrate(system, args.calibrate, args.rfm_args, work,
+                              [checks for _, checks in trees.values()])
+                for label, (repo, checks) in trees.items():
+                    reports.append(read_report(run_suite(
+                        system, args.rfm_args, work, repo,
+                        label if args.before or args.calibrate else "", checks)))
+        finally:
+            if args.before:
+                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
+                                str(before)], capture_output=True)
+            if args.keep:
+                print(f"# kept {work}: its reports, perflogs and outputs", file=sys.stderr)
+            else:
+                shutil.rmtree(work, ignore_errors=True)
     print_table(reports)
 
 
