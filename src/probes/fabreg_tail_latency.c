@@ -201,8 +201,6 @@ static void report(const char *phase, double *t, int n)
 
 struct buffers { char *s, *r; long count; };
 
-static double one_iteration(const struct options *o, MPI_Comm comm, struct buffers *b);
-
 /* The iterations per phase that fit o->budget_s, costed by `warm_s` for o->warmup
  * iterations (rank 0's wall time); the same on every measured rank. */
 static int iterations_within(const struct options *o, double warm_s, int phases, MPI_Comm comm)

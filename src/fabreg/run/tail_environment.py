@@ -301,15 +301,17 @@ def quiet_figures(result: TailLatencyResult) -> dict[str, float]:
     return {name: float(getattr(result.quiet, row)) for name, row in QUIET_FIGURES.items()}
 
 
-def _confirm_quiet_figures(plan: Plan, workdir: Path, results: list[TailLatencyResult],
-                           runs: list[str], launch: Callable[..., TailLatencyResult],
-                           options: list[str], env: dict[str, str]) -> Measurements | None:
+def _confirm_quiet_figures(plan: Plan, workdir: Path, measurements: Measurements,
+                           results: list[TailLatencyResult], runs: list[str],
+                           launch: Callable[..., TailLatencyResult], options: list[str],
+                           env: dict[str, str]) -> Measurements | None:
     """Quiet environment: measure a figure whose best run fails again, spread in time, as
     the other checks do: joining a lasting failure an earlier job of the run confirmed on
     the same nodes, within the run's confirmation budget (``fabreg.run.confirm``).
 
-    Appends the confirmation runs to ``results`` and ``runs``; returns the quiet figures'
-    measurements (None: nothing to judge), which say what the confirmation found.
+    ``measurements`` holds the quiet figures of ``results``. Appends the confirmation runs
+    to all three; returns ``measurements`` (None: nothing to judge), which then say what the
+    confirmation found.
     """
     limits = {n: v for n, v in plan.fail_limits.items() if n in QUIET_FIGURES}
     if plan.target is not None or not limits:
@@ -320,9 +322,6 @@ def _confirm_quiet_figures(plan: Plan, workdir: Path, results: list[TailLatencyR
         results.append(launch(runs[-1], options))
         return quiet_figures(results[-1])
 
-    measurements = Measurements(dict.fromkeys(limits, True))
-    for result in results:
-        measurements.record(quiet_figures(result))
     measurements.confirm(limits, Confirmation.of(plan, env[TOKEN_VARIABLE], workdir), again)
     return measurements
 
@@ -377,6 +376,8 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     results: list[TailLatencyResult] = []
     costs: list[float] = []
     warmup_costed = ""  # the run the probe costed by its own warm-up (-T), if one was
+    # Quiet: the figures references judge, measured only as often as their verdict needs.
+    quiet_measured = Measurements(dict.fromkeys(QUIET_FIGURES, True))
     if host_tail and calibration:
         # The outcome is known: the step that showed it is the environment's one run (its
         # figures go to the perflog, marked inconclusive), no run measured after it.
@@ -395,8 +396,6 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         # next.
         costed_by = stepped.get(calibration.chosen) if calibration else None
         noted = noted_cost(plan.step_note) if target is None else None
-        # Quiet: the figures references judge, measured only as often as their verdict needs.
-        settling = Measurements(dict.fromkeys(QUIET_FIGURES, True))
         for name in runs:
             cost = cost_of(costed_by) if costed_by is not None else noted
             options = final
@@ -413,15 +412,16 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
             results.append(launch(name, options, echo=name == runs[-1]))
             costed_by = (results[-1], launches[-1])
             if target is None:
-                settling.record(quiet_figures(results[-1]))
-                if not settling.unsettled(plan.warn_limits, plan.repeats):
+                quiet_measured.record(quiet_figures(results[-1]))
+                if not quiet_measured.unsettled(plan.warn_limits, plan.repeats):
                     break
         if len(results) < len(runs):  # settled early: its last run was not echoed yet
             runs = runs[:len(results)]
             sys.stdout.write((workdir / runs[-1]).read_text(errors="replace"))
         if target is None and costed_by is not None:
             note_cost(plan.step_note, cost_of(costed_by))
-    quiet = _confirm_quiet_figures(plan, workdir, results, runs, launch, final, env)
+    quiet = _confirm_quiet_figures(plan, workdir, quiet_measured, results, runs, launch,
+                                   final, env)
     counts = [r.iterations for r in results]  # every run's, confirmations included
     # what a planned run would have taken: the last cost given, else what the probe-costed
     # run turned out to cost
