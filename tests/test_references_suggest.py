@@ -382,6 +382,31 @@ def test_a_baseline_gets_the_host_controls_of_its_runs_one_value_per_run(tmp_pat
     assert table.lookup(**LAT8).value == pytest.approx(0.5)
 
 
+def test_a_control_row_follows_the_controls_usual_noise_not_its_worst_run(tmp_path, capsys):
+    """A control row rests on every job's control: the few taken while the VM's vCPUs shared
+    no cache (a 128 KiB handoff at 1.9 GB/s against 6.8) must lie beyond its band, though a
+    fabric row drawn from the same values would follow them (its worst run) and pass them."""
+    db = tmp_path / "fabreg.db"
+    checks = tmp_path / "checks"
+    (checks / "references").mkdir(parents=True)
+    handoffs = [6.8 + 0.05 * (i % 5) for i in range(24)] + [1.9, 2.0, 1.95]
+    with Store(db) as store:
+        for i, handoff in enumerate(handoffs):
+            add_run(store, 1000 + i * 200, {"bandwidth_128KB": (handoff * 1000, "MB/s")},
+                    {"bandwidth_128KB": {**BW1M, "size": 131072}},
+                    extra={"host_key": "testhost", "host_control": json.dumps(
+                        {"handoff_bandwidth": handoff, "copy_bandwidth": 45.0})})
+    code = main(["references", "calibrate", "--db", str(db), "--system", "local",
+                 "--checks", str(checks), "--host-key", "testhost"])
+    assert code == 0, capsys.readouterr().err
+    table = ReferenceTable.load(checks / "references" / "local" / "testhost.yaml")
+    control = table.lookup(benchmark="host_control", metric="handoff_bandwidth")
+    assert control.value == pytest.approx(6.9) and control.fail == pytest.approx(0.25)
+    assert control.verdict(6.8) == "ok" and control.verdict(1.9) == "fail"
+    fabric = table.lookup(**{**BW1M, "size": 131072})
+    assert fabric.fail == pytest.approx(0.95) and fabric.verdict(1900.0) != "fail"
+
+
 def test_host_control_values_are_one_per_run_and_figure():
     from fabreg.review.store import RunValue
     control = json.dumps({"round_trip": 0.3, "copy_bandwidth": 40.0, "problem": "x"})

@@ -1,30 +1,36 @@
 #!/usr/bin/env python3
-"""Does the host control follow the host's slow modes, and does it ever mask a real failure?
+"""Does the host control tell a slow host from a slow fabric: the false alarms it removes,
+and the faults it would mask?
 
 The host control (``fabreg.run.host_control``) turns a confirmed failure into
-``inconclusive`` when its own figures lie beyond the host baseline's limit. Two things must
-hold: it must move when the host runs slow as a whole (or it is useless), and it must not
-cross its limit while the host is healthy (or it would hide a regression: a false mask).
-This bench interleaves, for ``--rounds`` rounds, one control with one shared-memory allreduce
-launch per MPI (2 ranks, the suite's probe, 64 KiB and 1 MiB: the values that went slow in
-healthy sessions), nothing else running. The first half of the rounds calibrates the
-control's rows exactly as ``fabreg references calibrate`` does (median, bands 1x/1.5x the
-worst healthy run, floors 10 %/25 %); the second half is judged against them. It then
-measures the control ``--rounds`` / 2 times more while a CPU hog takes one core, through the
-path a failing job takes (``after_job``: wait for a quiet host, else ``contended``).
+``inconclusive`` when a figure on the value's path lies beyond its row in the host's baseline
+by enough to explain the value. It is worth its place when it explains the healthy values
+that a slow state of the host fails, and harmful when it would explain a real fault.
 
-Printed side by side: per figure, the control's lowest/median/highest and how many judged
-rounds crossed the limit (false masks); per MPI and size, the allreduce's spread and the
-control's median in the allreduce's slow rounds (above 1.3x its lowest) against its fast
-ones; and under the hog, how many controls were contended (judge nothing) and how many
-crossed the limit without being contended. Usage (repository root):
+This bench interleaves, for ``--rounds`` rounds, one control with shared-memory collectives
+of each MPI (2 ranks, the suite's probes; a 128 KiB allgather, a 64 KiB and a 1 MiB
+allreduce: the values that failed healthy sessions on this VM), nothing else running. The
+first half of the rounds is the baseline, drawn as ``fabreg references calibrate`` draws it:
+the control's rows from every round (a baseline holds every job's control), each
+collective's row from ``--baseline-runs`` rounds spread over the half (a baseline holds a
+handful of runs of each case). The second half is judged, each value by the band and then by
+the control's shared-memory figures, as a check judges a confirmed failure.
 
-    .venv/bin/python ci/bench/host_control_bench.py --rounds 60
+Printed side by side: per control figure, its spread and the judged rounds beyond its limit;
+per collective, its row, the judged rounds that failed it (healthy values: false alarms),
+how many of them the control explained (left ``inconclusive``) and how many still fail; and,
+for the smallest fault worth catching (the same values at twice their time, a path at half
+speed), how many the band caught and how many of those the control would have excused
+(masked). Then the control under a CPU hog on one core, through a failing job's path.
+Usage (repository root):
+
+    .venv/bin/python ci/bench/host_control_bench.py --rounds 200
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,41 +44,54 @@ from fabreg.review import suggest  # noqa: E402
 from fabreg.run import host_control  # noqa: E402
 from fabreg.run import transport as tx  # noqa: E402
 from fabreg.run.parsers.osu import parse_osu  # noqa: E402
+from fabreg.run.references import Assessment, Reference  # noqa: E402
 from fabreg.schema import HOST_CONTROL_FIGURES, lower_is_better  # noqa: E402
 
-SIZES = (65536, 1048576)
-SLOW = 1.3  # an allreduce round this far above its lowest is in a slow mode
+#: (probe, size): the shared-memory values that failed healthy sessions on this VM.
+CASES = (("osu_allgather", 131072), ("osu_allreduce", 65536), ("osu_allreduce", 1048576))
+WARN, FAIL = suggest.BASELINE_WARN, suggest.BASELINE_FAIL
 
 
-def allreduce(mpi: str, probes: Path) -> dict[int, float]:
+def collective(mpi: str, probes: Path, probe: str, size: int) -> float:
+    """The probe's latency at ``size`` (us), 2 ranks over shared memory; NaN if none."""
     spec = tx.launch_spec(mpi, "shm", nodes=1, ranks_per_node=2)
     style = tx.launcher_style(mpi, MPIS[mpi].launcher)
-    cmd = [*MPIS[mpi].launcher, *spec.options(style), str(probes / "osu_allreduce"),
-           "-m", f"{min(SIZES)}:{max(SIZES)}", "-i", "200", "-x", "20"]
+    cmd = [*MPIS[mpi].launcher, *spec.options(style), str(probes / probe),
+           "-m", f"{size}:{size}", "-i", "200", "-x", "20"]
     env = dict(tool_env(MPIS[mpi]), **spec.environment(style))
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120).stdout
     table = parse_osu(out)
-    return {s: table.value(s) for s in SIZES if s in table.rows}
+    return table.value(size) if size in table.rows else float("nan")
 
 
-def limits(values: list[float], lower_better: bool) -> tuple[float, float]:
-    """(median, failure limit) of a baseline row made of ``values`` (as calibrate makes it)."""
+def row(values: list[float], unit: str, lower: bool, control: bool) -> Reference:
+    """The baseline's row drawn from ``values``, as ``calibrate`` draws it."""
     median = statistics.median(values)
-    worst = suggest.worst_deviation(values, median, lower_better)
-    _, fail = suggest.baseline_tolerances(worst, lower_better, 0.10, 0.25)
-    return median, median * (1 + fail) if lower_better else median * (1 - fail)
+    warn, fail = suggest.baseline_band(values, median, lower, WARN, FAIL, control)
+    return Reference(median, unit, warn, fail, lower, "bench baseline")
 
 
-def crossed(value: float, limit: float, lower_better: bool) -> bool:
-    return value > limit if lower_better else value < limit
+def spread_out(items: list[float], k: int) -> list[float]:
+    """``k`` of ``items`` evenly spread over them (a baseline's runs over its hour)."""
+    step = max(1, len(items) // k)
+    return items[::step][:k]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--baseline-runs", type=int, default=6,
+                        help="rounds each collective's row is drawn from (default 6)")
     parser.add_argument("--mpis", default="openmpi,mpich")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fabreg-control-bench-"))
+    try:
+        return bench(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def bench(args: argparse.Namespace, work: Path) -> int:
     mpis = args.mpis.split(",")
     try:
         probes = {m: build_probes(MPIS[m], work / m) for m in mpis}
@@ -80,46 +99,67 @@ def main() -> int:
         print(err, file=sys.stderr)
         return 2
     controls: list[host_control.HostControl] = []
-    reduce: dict[tuple[str, int], list[float]] = {(m, s): [] for m in mpis for s in SIZES}
+    series: dict[tuple[str, str, int], list[float]] = {(m, p, s): [] for m in mpis
+                                                      for p, s in CASES}
     for i in range(args.rounds):
         controls.append(host_control.measure_host())
-        for m in mpis:
-            got = allreduce(m, probes[m])
-            for s in SIZES:
-                reduce[(m, s)].append(got.get(s, float("nan")))
-        print(f"round {i + 1}/{args.rounds}: round trip {controls[-1].round_trip:.3f} us",
-              file=sys.stderr)
+        for m, p, s in series:
+            series[(m, p, s)].append(collective(m, probes[m], p, s))
+        c = controls[-1]
+        print(f"round {i + 1}/{args.rounds}: handoff {c.handoff_bandwidth or 0:.1f} GB/s, "
+              f"shared compute {c.shared_compute or 0:.2f} ms", file=sys.stderr)
     half = args.rounds // 2
-    print(f"\nhost control over {args.rounds} rounds (calibrated on the first {half}, "
-          f"judged on the other {args.rounds - half}), nothing else running")
-    print(f"{'figure':<16}{'lowest':>9}{'median':>9}{'highest':>9}{'limit':>9}"
-          f"{'crossed (false masks)':>24}")
-    bounds = {}
-    for name, unit in HOST_CONTROL_FIGURES.items():
-        lower = lower_is_better(name, unit)
-        series = [getattr(c, name) for c in controls]
-        _, limit = limits(series[:half], lower)
-        bounds[name] = (limit, lower)
-        judged = series[half:]
-        false = sum(crossed(v, limit, lower) for v in judged)
-        print(f"{name + ' ' + unit:<16}{min(series):>9.3f}{statistics.median(series):>9.3f}"
-              f"{max(series):>9.3f}{limit:>9.3f}{f'{false} of {len(judged)}':>24}")
-    print(f"\nshared-memory allreduce (2 ranks) and the control in the same rounds "
-          f"(slow round: above {SLOW}x the lowest)")
-    print(f"{'MPI, size':<18}{'lowest us':>10}{'median':>9}{'slow rounds':>12}"
-          f"{'trip us, slow':>15}{'trip us, fast':>15}{'copy, slow':>12}{'copy, fast':>12}")
-    for (m, s), values in reduce.items():
-        low = min(v for v in values if v == v)
-        slow = [i for i, v in enumerate(values) if v > SLOW * low]
-        fast = [i for i in range(len(values)) if i not in slow]
+    shm = host_control.figures_on_path("shm")
 
-        def med(rounds: list[int], name: str) -> str:
-            got = [getattr(controls[i], name) for i in rounds]
-            return f"{statistics.median(got):.3f}" if got else "-"
-        print(f"{m + ' ' + str(s // 1024) + ' KiB':<18}{low:>10.1f}"
-              f"{statistics.median(values):>9.1f}{len(slow):>12}{med(slow, 'round_trip'):>15}"
-              f"{med(fast, 'round_trip'):>15}{med(slow, 'copy_bandwidth'):>12}"
-              f"{med(fast, 'copy_bandwidth'):>12}")
+    print(f"\nhost control over {args.rounds} rounds: rows drawn from the first {half} (as "
+          f"calibrate draws a control row), the other {args.rounds - half} judged")
+    print(f"{'figure':<22}{'lowest':>9}{'median':>9}{'highest':>9}{'limit':>9}"
+          f"{'judged beyond it':>18}")
+    baseline: dict[str, Reference] = {}
+    for name, unit in HOST_CONTROL_FIGURES.items():
+        values = [v for c in controls if (v := getattr(c, name)) is not None]
+        if len(values) < args.rounds:
+            print(f"{name}: not measured in every round", file=sys.stderr)
+            continue
+        ref = baseline[name] = row(values[:half], unit, lower_is_better(name, unit), True)
+        beyond = sum(ref.verdict(v) == "fail" for v in values[half:])
+        print(f"{name + ' ' + unit:<22}{min(values):>9.3f}{statistics.median(values):>9.3f}"
+              f"{max(values):>9.3f}{ref.failure_limit:>9.3f}"
+              f"{f'{beyond} of {len(values) - half}':>18}")
+
+    print(f"\nshared-memory collectives, 2 ranks (rows from {args.baseline_runs} of the first "
+          f"{half} rounds, as a baseline's runs), judged on the other {args.rounds - half}; "
+          "a fault: the same values at twice their time")
+    print(f"{'MPI, benchmark, size':<30}{'median us':>10}{'limit':>8}{'failed':>8}"
+          f"{'explained':>11}{'still fail':>12}{'fault caught':>14}{'masked':>8}")
+    totals = [0, 0, 0, 0, 0]
+    for (m, p, s), values in series.items():
+        ref = row(spread_out(values[:half], args.baseline_runs), "us", True, False)
+        failed = explained = caught = masked = 0
+        for i in range(half, args.rounds):
+            if values[i] != values[i]:
+                continue
+            slow = host_control.slow_host(controls[i].as_dict(), baseline, shm)
+            for value, fault in ((values[i], False), (2 * values[i], True)):
+                a = Assessment(f"latency_{s}", value, "us", ref)
+                if a.verdict != "fail":
+                    continue
+                excused = slow is not None and slow.explains(a)
+                if fault:
+                    caught += 1
+                    masked += excused
+                else:
+                    failed += 1
+                    explained += excused
+        for k, n in enumerate((failed, explained, failed - explained, caught, masked)):
+            totals[k] += n
+        print(f"{f'{m} {p} {s // 1024} KiB':<30}{statistics.median(values):>10.1f}"
+              f"{ref.failure_limit:>8.1f}{failed:>8}{explained:>11}{failed - explained:>12}"
+              f"{caught:>14}{masked:>8}")
+    judged = (args.rounds - half) * len(series)
+    print(f"{'all, of ' + str(judged) + ' judged':<30}{'':>18}{totals[0]:>8}{totals[1]:>11}"
+          f"{totals[2]:>12}{totals[3]:>14}{totals[4]:>8}")
+
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         loaded = [host_control.after_job("bench", 0.10, failing=True)
@@ -128,12 +168,12 @@ def main() -> int:
         hog.kill()
         hog.wait()
     contended = sum(bool(c.get("contended")) for c in loaded)
-    masked = sum(not c.get("contended") and any(
-        crossed(float(c[n]), *bounds[n]) for n in bounds if n in c) for c in loaded)
+    slow = sum(not c.get("contended") and host_control.slow_host(c, baseline) is not None
+               for c in loaded)
     print(f"\nunder a CPU hog on one core, through a failing job's path (wait up to "
           f"{host_control.QUIET_WAIT_S:g} s for a quiet host):")
     print(f"  controls {len(loaded)}, contended (judge nothing) {contended}, "
-          f"crossed a limit while not contended {masked}")
+          f"beyond a limit while not contended {slow}")
     return 0
 
 

@@ -119,13 +119,15 @@ METRIC_DIRECTIONS: dict[str, str] = {
     "loopback_latency": LOWER, "memory_bandwidth": HIGHER,
     # the host control of every in-job driver (HOST_CONTROL_FIGURES)
     "round_trip": LOWER, "copy_bandwidth": HIGHER, "tcp_loopback": HIGHER,
+    "handoff_bandwidth": HIGHER, "shared_compute": LOWER,
 }
 
 #: The host control measured at the end of each judged job (``host_control`` column,
 #: ``fabreg.run.host_control``): figure -> unit. A host's baseline keeps a row per figure,
 #: keyed ``benchmark: HOST_CONTROL_BENCHMARK``, ``metric: <figure>``.
 HOST_CONTROL_FIGURES: dict[str, str] = {"round_trip": "us", "copy_bandwidth": "GB/s",
-                                        "tcp_loopback": "GB/s"}
+                                        "tcp_loopback": "GB/s", "handoff_bandwidth": "GB/s",
+                                        "shared_compute": "ms"}
 HOST_CONTROL_BENCHMARK = "host_control"
 
 _LOWER_UNITS = {"us", "usec", "ms", "s", "ns", "%comm"}

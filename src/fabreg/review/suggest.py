@@ -272,6 +272,20 @@ def baseline_tolerances(worst: float, lower_better: bool, warn_floor: float,
     return warn, fail
 
 
+def baseline_band(values: Sequence[float], median: float, lower_better: bool,
+                  warn_floor: float, fail_floor: float, control: bool) -> tuple[float, float]:
+    """``(warn, fail)`` of a host baseline's row: from its worst healthy run
+    (:func:`baseline_tolerances`), or for a host-control row (``control``) from the runs'
+    usual noise (:func:`tolerances`). A control row rests on every job's control, hundreds
+    of them: its worst run is the host's worst state, and a band that wide calls nothing
+    slow (the round trip's reached +290 %)."""
+    if control:
+        return tolerances(worse_side_spread(values, median, lower_better), lower_better,
+                          warn_floor, fail_floor)
+    return baseline_tolerances(worst_deviation(values, median, lower_better), lower_better,
+                               warn_floor, fail_floor)
+
+
 def short_span(grouped: Grouped) -> str:
     """Why a baseline drawn from ``grouped`` may be too narrow for the host, or ``""``."""
     span = grouped.last - grouped.first
@@ -339,7 +353,8 @@ def suggest(grouped: Grouped, warn_floor: float = DEFAULT_WARN,
     """One row per key with at least ``min_runs`` values; the other keys, with reasons.
 
     ``baseline``: bands from the worst healthy run (``baseline_tolerances``), for a host's
-    calibrated baseline; otherwise from the worse-side spread (``tolerances``).
+    calibrated baseline, except its host-control rows; otherwise, and for those, from the
+    worse-side spread (``tolerances``).
     """
     rows: list[Suggestion] = []
     skipped: list[Skipped] = []
@@ -362,8 +377,8 @@ def suggest(grouped: Grouped, warn_floor: float = DEFAULT_WARN,
         lower = lower_is_better(metric, unit)
         spread = worse_side_spread(group.values, median, lower)
         if baseline:
-            warn, fail = baseline_tolerances(worst_deviation(group.values, median, lower),
-                                             lower, warn_floor, fail_floor)
+            warn, fail = baseline_band(group.values, median, lower, warn_floor, fail_floor,
+                                       control=dict(key)["benchmark"] == HOST_CONTROL_BENCHMARK)
         else:
             warn, fail = tolerances(spread, lower, warn_floor, fail_floor)
         value = round_significant(median)

@@ -13,7 +13,7 @@ runs' controls into the host baseline's ``host_control`` rows, and a confirmed f
 measured while a figure on its path lay beyond its own failure limit, by enough to explain
 it, is ``inconclusive``, with both figures (``fabreg.testlib.measurement``).
 
-Three figures, each the best of several short batches (interference only slows them down):
+Five figures, each the best of several short batches (interference only slows them down):
 
 - ``round_trip``: two processes pinned to two of the job's CPUs hand a byte of shared memory
   back and forth; microseconds per round trip (the interpreter's own loop is part of it,
@@ -21,7 +21,20 @@ Three figures, each the best of several short batches (interference only slows t
 - ``copy_bandwidth``: ``memmove`` of a 1 MiB buffer, the size of the shared-memory messages
   that moved most; GB/s (10^9 B/s);
 - ``tcp_loopback``: a TCP stream between two processes over the node's loopback: the kernel's
-  TCP path (socket copies, segmentation, the receive side's softirq) without any link; GB/s.
+  TCP path (socket copies, segmentation, the receive side's softirq) without any link; GB/s;
+- ``handoff_bandwidth``: a 128 KiB buffer handed from a process on one of the two CPUs to one
+  on the other, each copying it (in, then out): what a shared-memory message costs; GB/s;
+- ``shared_compute``: the interpreter's arithmetic loop on one CPU while a process on the
+  other computes too; milliseconds.
+
+The last two are where the 2-vCPU VM's placements show (ci/bench/host_control_bench.py).
+The hypervisor moves the two vCPUs between three placements for seconds to minutes:
+two cores that share a cache (the usual one: handoff ~14 GB/s), two threads of one core
+(handoff ~38 GB/s, but ``shared_compute`` 1.8x slower: a shared-memory allreduce or a matrix
+multiply slows down by a third or more), and two cores that share none (handoff ~4 GB/s, a
+128 KiB MPICH allgather 2.8x slower, TCP loopback 2.6x slower). The round trip reads 0.30
+us against 0.19 in both unusual placements and cannot tell them apart; the 1 MiB copy, on
+one CPU, sees none of them.
 
 A value is judged only by the figures on its own software path (:data:`FIGURES_ON_PATH`): a
 TCP value by the loopback stream, a shared-memory value by the round trip and the copy, an
@@ -50,7 +63,7 @@ from typing import Any
 
 from fabreg.run.confirm import CONTROL_GAP_S, wait_for_quiet
 from fabreg.run.references import Assessment, Reference
-from fabreg.schema import HOST_CONTROL_FIGURES
+from fabreg.schema import HOST_CONTROL_FIGURES, lower_is_better
 
 #: Round trips per batch, and batches: short batches, so that some of them fall between
 #: other work's time slices on a busy host.
@@ -64,6 +77,14 @@ COPY_BATCHES = 7
 TCP_CHUNK = 1 << 20
 TCP_CHUNKS = 32
 TCP_BATCHES = 25
+#: The handoff: a HANDOFF_BYTES buffer handed over HANDOFFS times a batch (a 128 KiB MPICH
+#: allgather slowed 2.8x with it in the VM's worst placement).
+HANDOFF_BYTES = 128 << 10
+HANDOFFS = 100
+HANDOFF_BATCHES = 7
+#: The shared compute: COMPUTE_STEPS steps of the loop a batch (4 ms on this VM).
+COMPUTE_STEPS = 100_000
+COMPUTE_BATCHES = 5
 #: Host control figures on each transport's software path (``fabreg.run.transport``); a
 #: value of another path, or of no transport, is judged by all of them.
 FIGURES_ON_PATH: dict[str, tuple[str, ...]] = {
@@ -72,7 +93,7 @@ FIGURES_ON_PATH: dict[str, tuple[str, ...]] = {
     "ucx_dc": ("copy_bandwidth",),
     "tcp": ("tcp_loopback",),
     "tcp_ob1": ("tcp_loopback",),
-    "shm": ("round_trip", "copy_bandwidth"),
+    "shm": ("round_trip", "copy_bandwidth", "handoff_bandwidth", "shared_compute"),
 }
 #: Seconds the control of a job whose values still fail may wait for a quiet host (at most:
 #: a plan that lets its confirmation wait less, ``quiet_wait_s``, bounds this wait too).
@@ -95,6 +116,8 @@ class HostControl:
     round_trip: float | None
     copy_bandwidth: float | None
     tcp_loopback: float | None = None
+    handoff_bandwidth: float | None = None
+    shared_compute: float | None = None
     #: Why a figure is missing (one CPU only, the partner process died), else empty.
     problem: str = ""
 
@@ -107,6 +130,14 @@ class HostControl:
         if self.problem:
             out["problem"] = self.problem
         return out
+
+
+def _spin_until_byte(buf: mmap.mmap, index: int, want: int, deadline: float) -> bool:
+    """Wait for ``buf[index] == want`` without pacing; False when ``deadline`` passes."""
+    while buf[index] != want:
+        if time.monotonic() > deadline:
+            return False
+    return True
 
 
 def _spin_until(buf: mmap.mmap, want: int, deadline: float) -> bool:
@@ -183,6 +214,91 @@ def copy_bandwidth(size: int = COPY_BYTES, copies: int = COPIES,
     return size / best / 1e9
 
 
+def handoff_bandwidth(cpus: tuple[int, int], size: int = HANDOFF_BYTES,
+                      handoffs: int = HANDOFFS, batches: int = HANDOFF_BATCHES) -> float:
+    """Best GB/s of a ``size``-byte buffer handed from a process on ``cpus[0]`` to one on
+    ``cpus[1]``: the first copies it into shared memory, the second out of it, then answers."""
+    page = mmap.PAGESIZE
+    buf = mmap.mmap(-1, page + size)
+    shared = ctypes.c_char.from_buffer(buf, page)
+    pid = os.fork()
+    if pid == 0:  # the receiver: copy every buffer out, then answer
+        code = 1
+        try:
+            os.sched_setaffinity(0, {cpus[1]})
+            private = ctypes.create_string_buffer(size)
+            for _ in range(batches * handoffs):
+                if not _spin_until(buf, 1, time.monotonic() + _DEADLINE_S):
+                    break
+                ctypes.memmove(private, ctypes.addressof(shared), size)
+                buf[0] = 2
+            else:
+                code = 0
+        finally:
+            os._exit(code)
+    try:
+        own = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {cpus[0]})
+        data = ctypes.create_string_buffer(b"\x5a" * size, size)
+        best = float("inf")
+        try:
+            for _ in range(batches):
+                start = time.perf_counter()
+                for _ in range(handoffs):
+                    ctypes.memmove(ctypes.addressof(shared), data, size)
+                    buf[0] = 1
+                    if not _spin_until(buf, 2, time.monotonic() + _DEADLINE_S):
+                        raise RuntimeError("the receiving process did not answer")
+                best = min(best, (time.perf_counter() - start) / handoffs)
+        finally:
+            os.sched_setaffinity(0, own)
+    finally:
+        os.waitpid(pid, 0)
+        del shared
+        buf.close()
+    return size / best / 1e9
+
+
+def _compute(steps: int) -> float:
+    """Seconds the interpreter takes for ``steps`` steps of an arithmetic loop."""
+    start = time.perf_counter()
+    total = 0
+    for i in range(steps):
+        total += i * i
+    return time.perf_counter() - start
+
+
+def shared_compute(cpus: tuple[int, int], steps: int = COMPUTE_STEPS,
+                   batches: int = COMPUTE_BATCHES) -> float:
+    """Best milliseconds of :func:`_compute` on ``cpus[0]`` while a process on ``cpus[1]``
+    computes too (two threads of one core share its units; two cores do not)."""
+    buf = mmap.mmap(-1, mmap.PAGESIZE)
+    pid = os.fork()
+    if pid == 0:  # the neighbour: compute until told to stop, at most a deadline
+        try:
+            os.sched_setaffinity(0, {cpus[1]})
+            buf[1] = 1
+            deadline = time.monotonic() + _DEADLINE_S
+            while buf[0] == 0 and time.monotonic() < deadline:
+                _compute(1000)
+        finally:
+            os._exit(0)
+    try:
+        own = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {cpus[0]})
+        try:
+            if not _spin_until_byte(buf, 1, 1, time.monotonic() + _DEADLINE_S):
+                raise RuntimeError("the computing neighbour did not start")
+            best = min(_compute(steps) for _ in range(batches))
+        finally:
+            buf[0] = 1
+            os.sched_setaffinity(0, own)
+    finally:
+        os.waitpid(pid, 0)
+        buf.close()
+    return best * 1e3
+
+
 def tcp_loopback(chunk: int = TCP_CHUNK, chunks: int = TCP_CHUNKS,
                  batches: int = TCP_BATCHES) -> float:
     """Best GB/s of a TCP stream from a child process to this one over 127.0.0.1.
@@ -233,29 +349,37 @@ def measure_host() -> HostControl:
     """The control on this host, with the two lowest CPUs the process may use."""
     cpus = sorted(os.sched_getaffinity(0))
     problems = []
-    trip = stream = None
+    two: dict[str, float] = {}
     if len(cpus) < 2:
-        problems.append("one CPU only: no core-to-core round trip")
+        problems.append("one CPU only: no core-to-core round trip, handoff or shared compute")
     else:
-        try:
-            trip = core_round_trip((cpus[0], cpus[1]))
-        except (OSError, RuntimeError) as err:
-            problems.append(f"core-to-core round trip: {err}")
+        pair = (cpus[0], cpus[1])
+        for name, measure in (("round_trip", core_round_trip),
+                              ("handoff_bandwidth", handoff_bandwidth),
+                              ("shared_compute", shared_compute)):
+            try:
+                two[name] = measure(pair)
+            except (OSError, RuntimeError) as err:
+                problems.append(f"{_WORDS[name]}: {err}")
+    stream = None
     try:
         stream = tcp_loopback()
     except (OSError, RuntimeError) as err:
         problems.append(f"TCP loopback stream: {err}")
-    return HostControl(trip, copy_bandwidth(), stream, "; ".join(problems))
+    return HostControl(round_trip=two.get("round_trip"), copy_bandwidth=copy_bandwidth(),
+                       tcp_loopback=stream, handoff_bandwidth=two.get("handoff_bandwidth"),
+                       shared_compute=two.get("shared_compute"), problem="; ".join(problems))
 
 
 def best_of(controls: Sequence[HostControl]) -> HostControl:
     """Each figure's best over ``controls`` (interference only slows a control down)."""
-    trips = [c.round_trip for c in controls if c.round_trip is not None]
-    copies = [c.copy_bandwidth for c in controls if c.copy_bandwidth is not None]
-    streams = [c.tcp_loopback for c in controls if c.tcp_loopback is not None]
-    return HostControl(min(trips) if trips else None, max(copies) if copies else None,
-                       max(streams) if streams else None,
-                       "; ".join(sorted({c.problem for c in controls if c.problem})))
+    best: dict[str, float | None] = {}
+    for name, unit in HOST_CONTROL_FIGURES.items():
+        values = [v for c in controls if (v := getattr(c, name)) is not None]
+        best[name] = (None if not values else min(values) if lower_is_better(name, unit)
+                      else max(values))
+    return HostControl(**best,
+                       problem="; ".join(sorted({c.problem for c in controls if c.problem})))
 
 
 def after_job(token: str, contended_share: float, failing: bool,
@@ -287,7 +411,9 @@ def after_job(token: str, contended_share: float, failing: bool,
 
 
 _WORDS = {"round_trip": "core-to-core round trip", "copy_bandwidth": "1 MiB memory copy",
-          "tcp_loopback": "TCP loopback stream"}
+          "tcp_loopback": "TCP loopback stream",
+          "handoff_bandwidth": "128 KiB core-to-core handoff",
+          "shared_compute": "compute beside a computing neighbour"}
 
 
 def figures_on_path(transport: str | None) -> tuple[str, ...]:

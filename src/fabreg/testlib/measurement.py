@@ -128,7 +128,8 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
     #: :default: ``{}``
     confirmation = variable(dict, value={}, loggable=True)
     #: The host control measured at the end of the job (perflog: ``round_trip`` in us,
-    #: ``copy_bandwidth`` and ``tcp_loopback`` in GB/s; ``fabreg.run.host_control``).
+    #: ``copy_bandwidth``, ``tcp_loopback`` and ``handoff_bandwidth`` in GB/s,
+    #: ``shared_compute`` in ms; ``fabreg.run.host_control``).
     #:
     #: :type: ``dict``
     #: :default: ``{}``
