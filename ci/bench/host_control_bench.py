@@ -71,6 +71,11 @@ def row(values: list[float], unit: str, lower: bool, control: bool) -> Reference
     return Reference(median, unit, warn, fail, lower, "bench baseline")
 
 
+def both(counts: dict, k: int) -> str:
+    """``now / before`` of the ``k``-th count."""
+    return f"{counts['now'][k]} / {counts['before'][k]}"
+
+
 def spread_out(items: list[float], k: int) -> list[float]:
     """``k`` of ``items`` evenly spread over them (a baseline's runs over its hour)."""
     step = max(1, len(items) // k)
@@ -111,54 +116,63 @@ def bench(args: argparse.Namespace, work: Path) -> int:
     half = args.rounds // 2
     shm = host_control.figures_on_path("shm")
 
-    print(f"\nhost control over {args.rounds} rounds: rows drawn from the first {half} (as "
-          f"calibrate draws a control row), the other {args.rounds - half} judged")
+    print(f"\nhost control over {args.rounds} rounds: rows drawn from the first {half}, the "
+          f"other {args.rounds - half} judged; a row's limit as calibrate draws it now (the "
+          "control's usual noise) and before (its worst run)")
     print(f"{'figure':<22}{'lowest':>9}{'median':>9}{'highest':>9}{'limit':>9}"
-          f"{'judged beyond it':>18}")
-    baseline: dict[str, Reference] = {}
+          f"{'beyond it':>11}{'limit before':>14}{'beyond it':>11}")
+    baselines: dict[str, dict[str, Reference]] = {"now": {}, "before": {}}
     for name, unit in HOST_CONTROL_FIGURES.items():
         values = [v for c in controls if (v := getattr(c, name)) is not None]
         if len(values) < args.rounds:
             print(f"{name}: not measured in every round", file=sys.stderr)
             continue
-        ref = baseline[name] = row(values[:half], unit, lower_is_better(name, unit), True)
-        beyond = sum(ref.verdict(v) == "fail" for v in values[half:])
+        lower = lower_is_better(name, unit)
+        cells = ""
+        for rule, control_rule in (("now", True), ("before", False)):
+            ref = baselines[rule][name] = row(values[:half], unit, lower, control_rule)
+            beyond = sum(ref.verdict(v) == "fail" for v in values[half:])
+            cells += f"{ref.failure_limit:>{9 if rule == 'now' else 14}.3f}{beyond:>11}"
         print(f"{name + ' ' + unit:<22}{min(values):>9.3f}{statistics.median(values):>9.3f}"
-              f"{max(values):>9.3f}{ref.failure_limit:>9.3f}"
-              f"{f'{beyond} of {len(values) - half}':>18}")
+              f"{max(values):>9.3f}{cells}")
+    # Before: the shared-memory path's figures were the round trip and the copy.
+    judges = {"now": (baselines["now"], shm),
+              "before": (baselines["before"], ("round_trip", "copy_bandwidth"))}
 
     print(f"\nshared-memory collectives, 2 ranks (rows from {args.baseline_runs} of the first "
-          f"{half} rounds, as a baseline's runs), judged on the other {args.rounds - half}; "
-          "a fault: the same values at twice their time")
+          f"{half} rounds, as a baseline's runs), judged on the other {args.rounds - half}: "
+          "the healthy values that failed, and those the control explained; a fault (the same "
+          "values at twice their time) caught, and those it would have excused (masked); "
+          "now / before")
     print(f"{'MPI, benchmark, size':<30}{'median us':>10}{'limit':>8}{'failed':>8}"
-          f"{'explained':>11}{'still fail':>12}{'fault caught':>14}{'masked':>8}")
-    totals = [0, 0, 0, 0, 0]
+          f"{'explained':>12}{'fault caught':>14}{'masked':>10}")
+    totals = {"failed": 0, "caught": 0, "now": [0, 0], "before": [0, 0]}
     for (m, p, s), values in series.items():
         ref = row(spread_out(values[:half], args.baseline_runs), "us", True, False)
-        failed = explained = caught = masked = 0
+        failed = caught = 0
+        excused = {"now": [0, 0], "before": [0, 0]}  # [explained, masked]
         for i in range(half, args.rounds):
             if values[i] != values[i]:
                 continue
-            slow = host_control.slow_host(controls[i].as_dict(), baseline, shm)
             for value, fault in ((values[i], False), (2 * values[i], True)):
                 a = Assessment(f"latency_{s}", value, "us", ref)
                 if a.verdict != "fail":
                     continue
-                excused = slow is not None and slow.explains(a)
-                if fault:
-                    caught += 1
-                    masked += excused
-                else:
-                    failed += 1
-                    explained += excused
-        for k, n in enumerate((failed, explained, failed - explained, caught, masked)):
-            totals[k] += n
+                caught += fault
+                failed += not fault
+                for rule, (baseline, figures) in judges.items():
+                    slow = host_control.slow_host(controls[i].as_dict(), baseline, figures)
+                    excused[rule][fault] += slow is not None and slow.explains(a)
+        totals["failed"] += failed
+        totals["caught"] += caught
+        for rule in judges:
+            totals[rule] = [t + e for t, e in zip(totals[rule], excused[rule])]
         print(f"{f'{m} {p} {s // 1024} KiB':<30}{statistics.median(values):>10.1f}"
-              f"{ref.failure_limit:>8.1f}{failed:>8}{explained:>11}{failed - explained:>12}"
-              f"{caught:>14}{masked:>8}")
+              f"{ref.failure_limit:>8.1f}{failed:>8}"
+              f"{both(excused, 0):>12}{caught:>14}{both(excused, 1):>10}")
     judged = (args.rounds - half) * len(series)
-    print(f"{'all, of ' + str(judged) + ' judged':<30}{'':>18}{totals[0]:>8}{totals[1]:>11}"
-          f"{totals[2]:>12}{totals[3]:>14}{totals[4]:>8}")
+    print(f"{'all, of ' + str(judged) + ' judged':<30}{'':>18}{totals['failed']:>8}"
+          f"{both(totals, 0):>12}{totals['caught']:>14}{both(totals, 1):>10}")
 
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
@@ -168,8 +182,8 @@ def bench(args: argparse.Namespace, work: Path) -> int:
         hog.kill()
         hog.wait()
     contended = sum(bool(c.get("contended")) for c in loaded)
-    slow = sum(not c.get("contended") and host_control.slow_host(c, baseline) is not None
-               for c in loaded)
+    slow = sum(not c.get("contended") and host_control.slow_host(c, baselines["now"])
+               is not None for c in loaded)
     print(f"\nunder a CPU hog on one core, through a failing job's path (wait up to "
           f"{host_control.QUIET_WAIT_S:g} s for a quiet host):")
     print(f"  controls {len(loaded)}, contended (judge nothing) {contended}, "

@@ -239,6 +239,16 @@ def worse_side_spread(values: Sequence[float], median: float, lower_better: bool
     return MAD_TO_SIGMA * statistics.median(worse) if worse else 0.0
 
 
+def usual_spread(values: Sequence[float], median: float) -> float:
+    """Relative spread of ``values`` around their median, both sides, as a normal sigma (the
+    median absolute deviation x 1.4826). Why both sides: it stays the spread of the usual
+    state while fewer than half of the values come from another (a VM's slow placement in
+    30 % of a baseline's controls made the worse-side spread 20 times wider)."""
+    if median <= 0:
+        return 0.0
+    return MAD_TO_SIGMA * statistics.median(abs(v - median) / median for v in values)
+
+
 def tolerances(spread: float, lower_better: bool, warn_floor: float,
                fail_floor: float) -> tuple[float, float]:
     """``(warn, fail)`` = the floors, or K_WARN / K_FAIL x ``spread`` where that is wider.
@@ -276,12 +286,11 @@ def baseline_band(values: Sequence[float], median: float, lower_better: bool,
                   warn_floor: float, fail_floor: float, control: bool) -> tuple[float, float]:
     """``(warn, fail)`` of a host baseline's row: from its worst healthy run
     (:func:`baseline_tolerances`), or for a host-control row (``control``) from the runs'
-    usual noise (:func:`tolerances`). A control row rests on every job's control, hundreds
-    of them: its worst run is the host's worst state, and a band that wide calls nothing
-    slow (the round trip's reached +290 %)."""
+    usual noise (:func:`usual_spread`, then :func:`tolerances`). A control row rests on
+    every job's control, hundreds of them: its worst run is the host's worst state, and a
+    band that wide calls nothing slow (the round trip's reached +290 %)."""
     if control:
-        return tolerances(worse_side_spread(values, median, lower_better), lower_better,
-                          warn_floor, fail_floor)
+        return tolerances(usual_spread(values, median), lower_better, warn_floor, fail_floor)
     return baseline_tolerances(worst_deviation(values, median, lower_better), lower_better,
                                warn_floor, fail_floor)
 
