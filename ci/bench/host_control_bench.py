@@ -12,19 +12,22 @@ of each MPI (2 ranks, the suite's probes; a 128 KiB allgather, a 64 KiB and a 1 
 allreduce: the values that failed healthy sessions on this VM), nothing else running. The
 first half of the rounds is the baseline, drawn as ``fabreg references calibrate`` draws it:
 the control's rows from every round (a baseline holds every job's control), each
-collective's row from ``--baseline-runs`` rounds spread over the half (a baseline holds a
-handful of runs of each case). The second half is judged, each value by the band and then by
-the control's shared-memory figures, as a check judges a confirmed failure.
+collective's row from ``--baseline-runs`` jobs spread over the half (a baseline holds a
+handful of runs of each case). A job is three rounds: its value the best of them (a job's
+repeats), its control, when the value fails, the best of their three controls (a failing
+job's samples). The second half's jobs are judged, each value by the band and then by the
+control's shared-memory figures, as a check judges a confirmed failure, with the control's
+rows drawn now and as before (each figure's worst run; the round trip and the copy).
 
 Printed side by side: per control figure, its spread and the judged rounds beyond its limit;
-per collective, its row, the judged rounds that failed it (healthy values: false alarms),
+per collective, its row, the judged jobs that failed it (healthy values: false alarms),
 how many of them the control explained (left ``inconclusive``) and how many still fail; and,
 for the smallest fault worth catching (the same values at twice their time, a path at half
 speed), how many the band caught and how many of those the control would have excused
 (masked). Then the control under a CPU hog on one core, through a failing job's path.
 Usage (repository root):
 
-    .venv/bin/python ci/bench/host_control_bench.py --rounds 200
+    .venv/bin/python ci/bench/host_control_bench.py --rounds 300
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ from fabreg.schema import HOST_CONTROL_FIGURES, lower_is_better  # noqa: E402
 #: (probe, size): the shared-memory values that failed healthy sessions on this VM.
 CASES = (("osu_allgather", 131072), ("osu_allreduce", 65536), ("osu_allreduce", 1048576))
 WARN, FAIL = suggest.BASELINE_WARN, suggest.BASELINE_FAIL
+#: Rounds a judged job spans: a value is the best of its rounds (a job's repeats), a failing
+#: job's control the best of their controls (``host_control.FAILING_SAMPLES``).
+JOB = host_control.FAILING_SAMPLES
 
 
 def collective(mpi: str, probes: Path, probe: str, size: int) -> float:
@@ -84,7 +90,7 @@ def spread_out(items: list[float], k: int) -> list[float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--baseline-runs", type=int, default=6,
                         help="rounds each collective's row is drawn from (default 6)")
     parser.add_argument("--mpis", default="openmpi,mpich")
@@ -139,29 +145,36 @@ def bench(args: argparse.Namespace, work: Path) -> int:
     judges = {"now": (baselines["now"], shm),
               "before": (baselines["before"], ("round_trip", "copy_bandwidth"))}
 
-    print(f"\nshared-memory collectives, 2 ranks (rows from {args.baseline_runs} of the first "
-          f"{half} rounds, as a baseline's runs), judged on the other {args.rounds - half}: "
-          "the healthy values that failed, and those the control explained; a fault (the same "
-          "values at twice their time) caught, and those it would have excused (masked); "
-          "now / before")
+    jobs = [range(i, i + JOB) for i in range(half, args.rounds - JOB + 1, JOB)]
+    first = [range(i, i + JOB) for i in range(0, half - JOB + 1, JOB)]
+    print(f"\nshared-memory collectives, 2 ranks, judged as a job judges them: a value is the "
+          f"best of {JOB} rounds (a job's repeats), a failing job's control the best of those "
+          f"rounds' ({JOB} samples); rows from {args.baseline_runs} such jobs spread over the "
+          f"first {half} rounds (a baseline's runs), {len(jobs)} jobs judged on the other "
+          f"{args.rounds - half}. Failed: healthy jobs that failed, and those the control "
+          "explained; a fault (the same values at twice their time): caught, and those the "
+          "control would have excused (masked); now / before")
     print(f"{'MPI, benchmark, size':<30}{'median us':>10}{'limit':>8}{'failed':>8}"
           f"{'explained':>12}{'fault caught':>14}{'masked':>10}")
     totals = {"failed": 0, "caught": 0, "now": [0, 0], "before": [0, 0]}
     for (m, p, s), values in series.items():
-        ref = row(spread_out(values[:half], args.baseline_runs), "us", True, False)
+        best = [min(values[i] for i in job) for job in first]
+        ref = row(spread_out(best, args.baseline_runs), "us", True, False)
         failed = caught = 0
         excused = {"now": [0, 0], "before": [0, 0]}  # [explained, masked]
-        for i in range(half, args.rounds):
-            if values[i] != values[i]:
+        for job in jobs:
+            value = min(values[i] for i in job)
+            if value != value:
                 continue
-            for value, fault in ((values[i], False), (2 * values[i], True)):
-                a = Assessment(f"latency_{s}", value, "us", ref)
+            control = host_control.best_of([controls[i] for i in job]).as_dict()
+            for judged, fault in ((value, False), (2 * value, True)):
+                a = Assessment(f"latency_{s}", judged, "us", ref)
                 if a.verdict != "fail":
                     continue
                 caught += fault
                 failed += not fault
                 for rule, (baseline, figures) in judges.items():
-                    slow = host_control.slow_host(controls[i].as_dict(), baseline, figures)
+                    slow = host_control.slow_host(control, baseline, figures)
                     excused[rule][fault] += slow is not None and slow.explains(a)
         totals["failed"] += failed
         totals["caught"] += caught
@@ -170,9 +183,9 @@ def bench(args: argparse.Namespace, work: Path) -> int:
         print(f"{f'{m} {p} {s // 1024} KiB':<30}{statistics.median(values):>10.1f}"
               f"{ref.failure_limit:>8.1f}{failed:>8}"
               f"{both(excused, 0):>12}{caught:>14}{both(excused, 1):>10}")
-    judged = (args.rounds - half) * len(series)
-    print(f"{'all, of ' + str(judged) + ' judged':<30}{'':>18}{totals['failed']:>8}"
-          f"{both(totals, 0):>12}{totals['caught']:>14}{both(totals, 1):>10}")
+    print(f"{'all, of ' + str(len(jobs) * len(series)) + ' jobs':<30}{'':>18}"
+          f"{totals['failed']:>8}{both(totals, 0):>12}{totals['caught']:>14}"
+          f"{both(totals, 1):>10}")
 
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
