@@ -60,7 +60,8 @@ import mmap
 import os
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,31 +161,48 @@ def _spin_until(buf: mmap.mmap, want: int, deadline: float) -> bool:
     return True
 
 
-def core_round_trip(cpus: tuple[int, int], trips: int = ROUND_TRIPS,
-                    batches: int = TRIP_BATCHES) -> float:
-    """Best microseconds per round trip of a shared byte between processes on ``cpus``."""
-    buf = mmap.mmap(-1, mmap.PAGESIZE)
+@contextmanager
+def _pinned_pair(cpus: tuple[int, int], partner: Callable[[], bool]) -> Iterator[None]:
+    """Run ``partner`` in a child process pinned to ``cpus[1]`` (it exits 0 when it returns
+    True) while this process, pinned to ``cpus[0]``, runs the body; then give this process
+    its CPUs back and reap the child."""
     pid = os.fork()
-    if pid == 0:  # the partner: answer every odd value with the next even one
+    if pid == 0:
         code = 1
         try:
             os.sched_setaffinity(0, {cpus[1]})
-            expected = 1
-            for _ in range(batches * trips):
-                if not _spin_until(buf, expected, time.monotonic() + _DEADLINE_S):
-                    break
-                buf[0] = (expected + 1) & 0xFF
-                expected = (expected + 2) & 0xFF
-            else:
-                code = 0
+            code = 0 if partner() else 1
         finally:
             os._exit(code)
     try:
         own = os.sched_getaffinity(0)
         os.sched_setaffinity(0, {cpus[0]})
-        best = float("inf")
-        value = 0
         try:
+            yield
+        finally:
+            os.sched_setaffinity(0, own)
+    finally:
+        os.waitpid(pid, 0)
+
+
+def core_round_trip(cpus: tuple[int, int], trips: int = ROUND_TRIPS,
+                    batches: int = TRIP_BATCHES) -> float:
+    """Best microseconds per round trip of a shared byte between processes on ``cpus``."""
+    buf = mmap.mmap(-1, mmap.PAGESIZE)
+
+    def answer() -> bool:  # the partner: answer every odd value with the next even one
+        expected = 1
+        for _ in range(batches * trips):
+            if not _spin_until(buf, expected, time.monotonic() + _DEADLINE_S):
+                return False
+            buf[0] = (expected + 1) & 0xFF
+            expected = (expected + 2) & 0xFF
+        return True
+
+    best = float("inf")
+    value = 0
+    try:
+        with _pinned_pair(cpus, answer):
             for _ in range(batches):
                 start = time.perf_counter()
                 for _ in range(trips):
@@ -194,10 +212,7 @@ def core_round_trip(cpus: tuple[int, int], trips: int = ROUND_TRIPS,
                     if not _spin_until(buf, value, time.monotonic() + _DEADLINE_S):
                         raise RuntimeError("the partner process did not answer")
                 best = min(best, (time.perf_counter() - start) / trips)
-        finally:
-            os.sched_setaffinity(0, own)
     finally:
-        os.waitpid(pid, 0)
         buf.close()
     return best * 1e6
 
@@ -224,39 +239,30 @@ def handoff_bandwidth(cpus: tuple[int, int], size: int = HANDOFF_BYTES,
     page = mmap.PAGESIZE
     buf = mmap.mmap(-1, page + size)
     shared = ctypes.c_char.from_buffer(buf, page)
-    pid = os.fork()
-    if pid == 0:  # the receiver: copy every buffer out, then answer
-        code = 1
-        try:
-            os.sched_setaffinity(0, {cpus[1]})
-            private = ctypes.create_string_buffer(size)
-            for _ in range(batches * handoffs):
-                if not _spin_until(buf, 1, time.monotonic() + _DEADLINE_S):
-                    break
-                ctypes.memmove(private, ctypes.addressof(shared), size)
-                buf[0] = 2
-            else:
-                code = 0
-        finally:
-            os._exit(code)
+    address = ctypes.addressof(shared)
+
+    def receive() -> bool:  # the receiver: copy every buffer out, then answer
+        private = ctypes.create_string_buffer(size)
+        for _ in range(batches * handoffs):
+            if not _spin_until(buf, 1, time.monotonic() + _DEADLINE_S):
+                return False
+            ctypes.memmove(private, address, size)
+            buf[0] = 2
+        return True
+
+    data = ctypes.create_string_buffer(b"\x5a" * size, size)
+    best = float("inf")
     try:
-        own = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, {cpus[0]})
-        data = ctypes.create_string_buffer(b"\x5a" * size, size)
-        best = float("inf")
-        try:
+        with _pinned_pair(cpus, receive):
             for _ in range(batches):
                 start = time.perf_counter()
                 for _ in range(handoffs):
-                    ctypes.memmove(ctypes.addressof(shared), data, size)
+                    ctypes.memmove(address, data, size)
                     buf[0] = 1
                     if not _spin_until(buf, 2, time.monotonic() + _DEADLINE_S):
                         raise RuntimeError("the receiving process did not answer")
                 best = min(best, (time.perf_counter() - start) / handoffs)
-        finally:
-            os.sched_setaffinity(0, own)
     finally:
-        os.waitpid(pid, 0)
         del shared
         buf.close()
     return size / best / 1e9
@@ -276,28 +282,23 @@ def shared_compute(cpus: tuple[int, int], steps: int = COMPUTE_STEPS,
     """Best milliseconds of :func:`_compute` on ``cpus[0]`` while a process on ``cpus[1]``
     computes too (two threads of one core share its units; two cores do not)."""
     buf = mmap.mmap(-1, mmap.PAGESIZE)
-    pid = os.fork()
-    if pid == 0:  # the neighbour: compute until told to stop, at most a deadline
-        try:
-            os.sched_setaffinity(0, {cpus[1]})
-            buf[1] = 1
-            deadline = time.monotonic() + _DEADLINE_S
-            while buf[0] == 0 and time.monotonic() < deadline:
-                _compute(1000)
-        finally:
-            os._exit(0)
+
+    def neighbour() -> bool:  # compute until told to stop, at most a deadline
+        buf[1] = 1
+        deadline = time.monotonic() + _DEADLINE_S
+        while buf[0] == 0 and time.monotonic() < deadline:
+            _compute(1000)
+        return True
+
     try:
-        own = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, {cpus[0]})
-        try:
-            if not _spin_until_byte(buf, 1, 1, time.monotonic() + _DEADLINE_S):
-                raise RuntimeError("the computing neighbour did not start")
-            best = min(_compute(steps) for _ in range(batches))
-        finally:
-            buf[0] = 1
-            os.sched_setaffinity(0, own)
+        with _pinned_pair(cpus, neighbour):
+            try:
+                if not _spin_until_byte(buf, 1, 1, time.monotonic() + _DEADLINE_S):
+                    raise RuntimeError("the computing neighbour did not start")
+                best = min(_compute(steps) for _ in range(batches))
+            finally:
+                buf[0] = 1
     finally:
-        os.waitpid(pid, 0)
         buf.close()
     return best * 1e3
 
