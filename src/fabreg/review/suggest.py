@@ -361,9 +361,9 @@ def suggest(grouped: Grouped, warn_floor: float = DEFAULT_WARN,
             baseline: bool = False) -> tuple[list[Suggestion], list[Skipped]]:
     """One row per key with at least ``min_runs`` values; the other keys, with reasons.
 
-    ``baseline``: bands from the worst healthy run (``baseline_tolerances``), for a host's
-    calibrated baseline, except its host-control rows; otherwise, and for those, from the
-    worse-side spread (``tolerances``).
+    ``baseline``: a host's calibrated baseline, whose bands follow the worst healthy run, or a
+    host-control row's the runs' usual noise (``baseline_band``); otherwise the bands follow
+    the worse-side spread (``tolerances``).
     """
     rows: list[Suggestion] = []
     skipped: list[Skipped] = []
