@@ -441,8 +441,10 @@ def render(system: str, grouped: Grouped, rows: list[Suggestion], skipped: list[
     def day(t: float) -> str:
         return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
 
-    rule = (f"{WORST_WARN:g}x / {WORST_FAIL:g}x the worst run's distance from the median"
-            if baseline else f"{K_WARN:g}x / {K_FAIL:g}x the runs' worse-side spread")
+    rule = (f"{WORST_WARN:g}x / {WORST_FAIL:g}x the worst run's distance from the median "
+            f"(host_control rows: {K_WARN:g}x / {K_FAIL:g}x the runs' median absolute "
+            "deviation)" if baseline else
+            f"{K_WARN:g}x / {K_FAIL:g}x the runs' worse-side spread")
     lines = [
         f"# Baseline of {baseline if baseline.startswith('partition ') else 'host ' + baseline}"
         f" for the `{system}` system, written by `fabreg "
