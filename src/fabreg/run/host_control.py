@@ -136,14 +136,6 @@ class HostControl:
         return out
 
 
-def _spin_until_byte(buf: mmap.mmap, index: int, want: int, deadline: float) -> bool:
-    """Wait for ``buf[index] == want`` without pacing; False when ``deadline`` passes."""
-    while buf[index] != want:
-        if time.monotonic() > deadline:
-            return False
-    return True
-
-
 def _spin_until(buf: mmap.mmap, want: int, deadline: float) -> bool:
     """Wait for ``buf[0] == want``; False when ``deadline`` (monotonic) passes first.
 
@@ -283,21 +275,22 @@ def shared_compute(cpus: tuple[int, int], steps: int = COMPUTE_STEPS,
     computes too (two threads of one core share its units; two cores do not)."""
     buf = mmap.mmap(-1, mmap.PAGESIZE)
 
-    def neighbour() -> bool:  # compute until told to stop, at most a deadline
-        buf[1] = 1
+    def neighbour() -> bool:  # say it started (1), compute until told to stop (2) or a deadline
+        if buf[0] == 0:
+            buf[0] = 1
         deadline = time.monotonic() + _DEADLINE_S
-        while buf[0] == 0 and time.monotonic() < deadline:
+        while buf[0] == 1 and time.monotonic() < deadline:
             _compute(1000)
         return True
 
     try:
         with _pinned_pair(cpus, neighbour):
             try:
-                if not _spin_until_byte(buf, 1, 1, time.monotonic() + _DEADLINE_S):
+                if not _spin_until(buf, 1, time.monotonic() + _DEADLINE_S):
                     raise RuntimeError("the computing neighbour did not start")
                 best = min(_compute(steps) for _ in range(batches))
             finally:
-                buf[0] = 1
+                buf[0] = 2
     finally:
         buf.close()
     return best * 1e3
