@@ -218,6 +218,10 @@ def test_a_curve_that_would_outrun_its_time_runs_fewer_iterations_and_says_so(tm
     assert (f"{costed['iterations']} iterations per size (warm-up {costed['warmup']}): OSU's "
             f"own counts would take") in out
     assert all(x["options"][-4:] == costed["options"] for x in measured["launches"])
+    # every run of a value is measured the same way, OSU's data validation included (it moves
+    # some figures 2x): only the sizes differ (no reference here: 3 runs)
+    ways = {tuple(x["options"][2:]) for x in measured["launches"]}
+    assert len(measured["launches"]) == 3 and len(ways) == 1 and "-c" in ways.pop(), measured
     # where a hang after the results would be noted for the run's later jobs that launch the
     # same way: beside the job's stage directory, one note per run, transport and node count
     plan_path = next((tmp_path / "output").rglob("measure-plan.json"))

@@ -402,10 +402,15 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
             ["-x", str(self.warmup)] if self.warmup else [])
         kind = iteration_budget.kind_of(self.benchmark)
         costed = bool(kind and self.curve_seconds > 0 and not self.iterations)
+        # Every run of a value validates as the whole-curve run does: OSU's validation fills
+        # the buffers before each call, which moves some figures up to 2x either way (a best
+        # of two methods would fail whenever the faster method's run is disturbed).
+        validation = ["-c"] if self.validate else []
         return measure.Plan(
             command=command, full_options=list(self.executable_opts),
             full_sizes=powers_of_two(1, self.max_size),
-            repeat_options=["-m", "{low}:{high}", *counts], sizes=list(self.perf_sizes),
+            repeat_options=["-m", "{low}:{high}", *counts, *validation],
+            sizes=list(self.perf_sizes),
             lower_is_better=lower_is_better(metric, unit),
             fail_limits={size: ref.failure_limit for size, ref in judged.items()},
             warn_limits={size: ref.warning_limit for size, ref in judged.items()},
