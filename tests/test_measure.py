@@ -137,8 +137,11 @@ def test_the_confirmation_stops_at_the_first_run_that_no_longer_fails(osu_latenc
     monkeypatch.setattr(confirm, "wait_for_quiet", cores_back)
     busy = tmp_path / "busy"
     busy.mkdir()
+    # the curve at 8 B alone: on one core each size of a longer one costs ~1 s
     result = measure.measure(plan(command, sizes=[8], fail_limits={8: limit},
-                                  warn_limits={8: limit}, confirm_span_s=10), busy)
+                                  warn_limits={8: limit}, confirm_span_s=10,
+                                  full_options=["-m", "8:8", "-i", "200", "-x", "20"],
+                                  full_sizes=[8]), busy)
     assert min(result["values"]["8"][:3]) > limit, (limit, result["values"])
     assert set(result["confirmation"]) == {"8"}
     assert len(result["values"]["8"]) == 4, result["values"]["8"]  # one confirmation run
