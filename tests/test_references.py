@@ -99,6 +99,8 @@ references:
      "warn (0.5) must not exceed fail (0.1)"),
     ("defaults: {wran: 0.1}\n", "defaults: unknown key 'wran'"),
     ("refrences: []\n", "unknown top-level key(s): refrences"),
+    ("method: two\n", "'method' must be a positive whole number"),
+    ("method: 0\n", "'method' must be a positive whole number"),
     ("references: [\n", "not valid YAML"),
 ])
 def test_malformed_files_name_file_and_key(tmp_path, text, message):

@@ -21,6 +21,7 @@ from fabreg.review import suggest
 from fabreg.review.perflog import Run, Sample, read_perflog_file
 from fabreg.review.store import Store
 from fabreg.run.references import ReferenceTable
+from fabreg.schema import MEASUREMENT_METHOD
 
 LAT8 = {"benchmark": "osu_latency", "metric": "latency", "size": 8, "mpi": "openmpi",
         "transport": "shm", "nodes": 1}
@@ -327,9 +328,12 @@ def test_a_baseline_leaves_out_values_measured_under_interference(tmp_path, caps
     assert "left out 2 value(s) measured under interference" in out
     # 6 runs within 50 s saw one of the host's modes at most, and the user is told so
     assert "warning: the baseline rests on 6 run(s) within 1 min" in err
-    (row,) = yaml.safe_load((checks / "references" / "minicluster" / "testhost.yaml")
-                            .read_text())["references"]
+    written = yaml.safe_load((checks / "references" / "minicluster" / "testhost.yaml")
+                             .read_text())
+    (row,) = written["references"]
     assert row["value"] == pytest.approx(statistics.median(quiet), rel=0.01)
+    # the measurement generation the runs rest on: a later suite sets an older one aside
+    assert written["method"] == MEASUREMENT_METHOD
     assert row["fail"] < 0.5, row  # a link at half its bandwidth fails
 
 

@@ -18,6 +18,7 @@ from conftest import REPO, fabreg, run_reframe
 
 from fabreg.run import tail_environment
 from fabreg.run.references import host_key
+from fabreg.schema import MEASUREMENT_METHOD
 
 pytestmark = pytest.mark.slow
 
@@ -335,6 +336,22 @@ def test_a_new_host_is_missing_until_calibrated_then_judged_by_its_baseline(tmp_
     row = dict(zip(lines[0].split("|"), lines[-1].split("|")))
     assert float(row["latency_8B_ref"]) > 0 and float(row["latency_1KB_ref"]) > 0
     assert row["ref_status"] != "missing"
+
+    # The same baseline as a suite of an older measurement generation wrote it (no
+    # `method`): its values were measured another way, so it is set aside, and the run
+    # says how to record it again instead of judging by it.
+    baseline.write_text(text.replace(f"\nmethod: {MEASUREMENT_METHOD}\n", "\n"))
+    assert "method:" not in baseline.read_text()
+    third = run_reframe("-r", *latency, checks=checks, perflog_dir=tmp_path / "p3",
+                        cwd=tmp_path)
+    out = third.stdout + third.stderr
+    assert third.returncode == 0, out[-4000:]
+    lines = (tmp_path / "p3" / "local" / "default" / "OsuLatency.log").read_text().splitlines()
+    row = dict(zip(lines[0].split("|"), lines[-1].split("|")))
+    assert row["ref_status"] == "missing", row["ref_notes"]
+    assert (f"rests on the suite's measurement generation 1, not {MEASUREMENT_METHOD}"
+            in row["ref_notes"]), row["ref_notes"]
+    assert "fabreg references calibrate --system local --force --since" in out
 
 
 def test_tail_latency_on_a_busy_host_is_inconclusive_never_a_sanity_failure(tmp_path):

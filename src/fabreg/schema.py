@@ -20,6 +20,13 @@ CONTENDED_SHARE = 0.10
 #: logged value records its key under ``ref_keys``.
 KEY_FIELDS: tuple[str, ...] = ("benchmark", "metric", "size", "mpi", "transport", "nodes")
 
+#: The generation of the suite's measurements, raised when a change makes a value measured
+#: before it incomparable with one measured after it. A baseline that `calibrate` writes
+#: says which generation it rests on (its top-level ``method``); an older one is set aside.
+#: 2: every run of an OSU value validates as the whole-curve run does (before, only the
+#: first did, and validation alone moves some figures 2x).
+MEASUREMENT_METHOD = 2
+
 #: Logged check attributes that do not identify a series: they describe one run (the
 #: transport the MPI really used, the reference verdict...). Kept per run as attributes.
 NOT_PARAMETERS: frozenset[str] = frozenset({

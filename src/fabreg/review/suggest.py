@@ -32,6 +32,7 @@ from fabreg.schema import (
     HOST_CONTROL_BENCHMARK,
     HOST_CONTROL_FIGURES,
     KEY_FIELDS,
+    MEASUREMENT_METHOD,
     lower_is_better,
 )
 
@@ -459,7 +460,11 @@ def render(system: str, grouped: Grouped, rows: list[Suggestion], skipped: list[
     if grouped.unkeyed:
         lines.append(f"# {grouped.unkeyed} value(s) without a logged reference key (runs "
                      "older than the ref_keys perflog column) were not used.")
-    lines += [_flow({"system": system}).strip("{}"), "defaults:",
+    lines.append(_flow({"system": system}).strip("{}"))
+    if baseline:
+        lines += ["# the suite's measurement generation these runs rest on (fabreg.schema)",
+                  f"method: {MEASUREMENT_METHOD}"]
+    lines += ["defaults:",
               f"  warn: {warn_floor:g}", f"  fail: {fail_floor:g}"]
     lines.append("references:" if rows else "references: []")
     benchmark = None

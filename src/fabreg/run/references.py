@@ -99,9 +99,11 @@ class _Row:
 class ReferenceTable:
     """All reference rows of one system."""
 
-    def __init__(self, rows: list[_Row], source: str) -> None:
+    def __init__(self, rows: list[_Row], source: str, method: int | None = None) -> None:
         self._rows = rows
         self.source = source
+        #: The measurement generation a calibrated baseline rests on (None: not said).
+        self.method = method
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -125,7 +127,7 @@ class ReferenceTable:
             return cls([], source)
         if not isinstance(doc, dict):
             raise FabregError(f"{source}: expected a mapping with 'defaults' and 'references'")
-        unknown = set(doc) - {"system", "defaults", "references"}
+        unknown = set(doc) - {"system", "method", "defaults", "references"}
         if unknown:
             raise FabregError(f"{source}: unknown top-level key(s): {', '.join(sorted(unknown))}")
         defaults = dict(_DEFAULTS)
@@ -133,7 +135,13 @@ class ReferenceTable:
         rows = doc.get("references") or []
         if not isinstance(rows, list):
             raise FabregError(f"{source}: 'references' must be a list of rows")
-        return cls([_parse_row(i, row, defaults, source) for i, row in enumerate(rows)], source)
+        method = doc.get("method")
+        if method is not None and (isinstance(method, bool) or not isinstance(method, int)
+                                   or method < 1):
+            raise FabregError(f"{source}: 'method' must be a positive whole number (the "
+                              f"measurement generation), got {method!r}")
+        return cls([_parse_row(i, row, defaults, source) for i, row in enumerate(rows)], source,
+                   method)
 
     def lookup(self, **query: Any) -> Reference | None:
         """The most specific row matching ``query`` (keys from ``KEY_FIELDS``), if any."""

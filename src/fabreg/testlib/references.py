@@ -43,7 +43,7 @@ from fabreg.run.references import (
     reference_file,
     summarize,
 )
-from fabreg.schema import HOST_CONTROL_BENCHMARK, HOST_CONTROL_FIGURES
+from fabreg.schema import HOST_CONTROL_BENCHMARK, HOST_CONTROL_FIGURES, MEASUREMENT_METHOD
 
 #: What a check's performance variable is looked up by, and whether a reference is required.
 ReferenceKeys = dict[str, tuple[dict[str, Any], bool]]
@@ -139,9 +139,27 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
         for path in self.reference_paths():
             load_table(path)
 
+    def baseline_path(self) -> Path | None:
+        """This run's calibrated baseline (the host's or the partition's), if it has one."""
+        paths = self.reference_paths()
+        return paths[0] if len(paths) > 1 else None
+
+    def stale_baseline(self) -> ReferenceTable | None:
+        """The baseline, when it rests on an older measurement generation than this suite's
+        (``fabreg.schema.MEASUREMENT_METHOD``): its values were measured another way, and
+        judging by them would fail or pass what the suite measures now."""
+        path = self.baseline_path()
+        table = load_table(path) if path else None
+        if table is not None and (table.method or 1) < MEASUREMENT_METHOD:
+            return table
+        return None
+
     def reference_tables(self) -> list[ReferenceTable]:
-        """The tables of ``reference_paths`` that exist, first match first."""
-        return [t for t in map(load_table, self.reference_paths()) if t is not None]
+        """The tables of ``reference_paths`` that exist, first match first; a stale baseline
+        is set aside (its values are ``missing``, and the notes say why)."""
+        stale = self.stale_baseline()
+        return [t for t in map(load_table, self.reference_paths())
+                if t is not None and t is not stale]
 
     def references(self) -> dict[str, Reference | None]:
         """Perf variable -> its reference row (None without one); known from setup on."""
@@ -210,12 +228,20 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
         self.reference = {"*": bands}
         if summary.missing and not any(p.is_file() for p in self.reference_paths()):
             self.ref_notes = f"no reference file {self._shown(path)}; " + self.ref_notes
-        if summary.missing and self.host_key and not path.is_file():
+        by_partition = self.current_partition.extras.get("references_by_partition")
+        if summary.missing and (stale := self.stale_baseline()) is not None:
+            self.ref_notes += (
+                f"; the baseline {self._shown(path)} rests on the suite's measurement "
+                f"generation {stale.method or 1}, not {MEASUREMENT_METHOD} "
+                "(docs/references.md), and is set aside: record it again from runs since the "
+                f"upgrade with fabreg references calibrate --system {self.current_system.name}"
+                + (f" --partition {self.current_partition.name}" if by_partition else "")
+                + " --force --since TIME")
+        elif summary.missing and self.host_key and not path.is_file():
             self.ref_notes += (f"; no baseline for this host ({self._shown(path)}): record one "
                                f"with fabreg references calibrate --system "
                                f"{self.current_system.name}")
-        elif (summary.missing and not path.is_file()
-              and self.current_partition.extras.get("references_by_partition")):
+        elif summary.missing and not path.is_file() and by_partition:
             self.ref_notes += (f"; no baseline for this partition ({self._shown(path)}): "
                                f"record one with fabreg references calibrate --system "
                                f"{self.current_system.name} --partition "
