@@ -36,6 +36,8 @@ from pathlib import Path
 
 import yaml
 
+from fabreg.schema import lower_is_better
+
 REPO = Path(__file__).resolve().parents[2]
 REFRAME = Path(sys.executable).parent / "reframe"
 FABREG = [sys.executable, "-m", "fabreg.cli"]
@@ -215,7 +217,7 @@ def main() -> int:
                 for name, values in sorted(host_controls(dirs, check).items()):
                     ref = control_rows.get(name)
                     base = (f" (baseline {ref['value']:g} {ref['unit']}, fail "
-                            f"{'+' if ref['unit'] == 'us' else '-'}{ref['fail']:.0%})"
+                            f"{'+' if lower_is_better(name, ref['unit']) else '-'}{ref['fail']:.0%})"
                             if ref else " (no baseline row)")
                     print(f"  {label:12} {name:15} {min(values):g}-{max(values):g}{base}")
         print()
