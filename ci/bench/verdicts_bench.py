@@ -216,9 +216,9 @@ def main() -> int:
             for label, dirs in works.items():
                 for name, values in sorted(host_controls(dirs, check).items()):
                     ref = control_rows.get(name)
+                    worse = "+" if ref and lower_is_better(name, ref["unit"]) else "-"
                     base = (f" (baseline {ref['value']:g} {ref['unit']}, fail "
-                            f"{'+' if lower_is_better(name, ref['unit']) else '-'}{ref['fail']:.0%})"
-                            if ref else " (no baseline row)")
+                            f"{worse}{ref['fail']:.0%})" if ref else " (no baseline row)")
                     print(f"  {label:12} {name:15} {min(values):g}-{max(values):g}{base}")
         print()
         for check, _ in cases:
