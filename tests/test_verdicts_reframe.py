@@ -328,12 +328,17 @@ def test_a_new_host_is_missing_until_calibrated_then_judged_by_its_baseline(tmp_
                    db=db)
     assert again.returncode == 2 and "use --force" in again.stderr
 
-    second = run_reframe("-r", *latency, checks=checks, perflog_dir=tmp_path / "p2",
-                         cwd=tmp_path)
-    out = second.stdout + second.stderr
-    assert second.returncode == 0, out[-4000:]
-    lines = (tmp_path / "p2" / "local" / "default" / "OsuLatency.log").read_text().splitlines()
-    row = dict(zip(lines[0].split("|"), lines[-1].split("|")))
+    def judged(name: str) -> tuple[str, dict[str, str]]:
+        """One run of the check: its output and its perflog row."""
+        proc = run_reframe("-r", *latency, checks=checks, perflog_dir=tmp_path / name,
+                           cwd=tmp_path)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-4000:]
+        logged = (tmp_path / name / "local" / "default" / "OsuLatency.log").read_text()
+        header, *_, last = logged.splitlines()
+        return out, dict(zip(header.split("|"), last.split("|")))
+
+    _, row = judged("p2")
     assert float(row["latency_8B_ref"]) > 0 and float(row["latency_1KB_ref"]) > 0
     assert row["ref_status"] != "missing"
 
@@ -342,12 +347,7 @@ def test_a_new_host_is_missing_until_calibrated_then_judged_by_its_baseline(tmp_
     # says how to record it again instead of judging by it.
     baseline.write_text(text.replace(f"\nmethod: {MEASUREMENT_METHOD}\n", "\n"))
     assert "method:" not in baseline.read_text()
-    third = run_reframe("-r", *latency, checks=checks, perflog_dir=tmp_path / "p3",
-                        cwd=tmp_path)
-    out = third.stdout + third.stderr
-    assert third.returncode == 0, out[-4000:]
-    lines = (tmp_path / "p3" / "local" / "default" / "OsuLatency.log").read_text().splitlines()
-    row = dict(zip(lines[0].split("|"), lines[-1].split("|")))
+    out, row = judged("p3")
     assert row["ref_status"] == "missing", row["ref_notes"]
     assert (f"rests on the suite's measurement generation 1, not {MEASUREMENT_METHOD}"
             in row["ref_notes"]), row["ref_notes"]
