@@ -99,10 +99,11 @@ class _Row:
 class ReferenceTable:
     """All reference rows of one system."""
 
-    def __init__(self, rows: list[_Row], source: str, method: int | None = None) -> None:
+    def __init__(self, rows: list[_Row], source: str, method: int = 1) -> None:
         self._rows = rows
         self.source = source
-        #: The measurement generation a calibrated baseline rests on (None: not said).
+        #: The measurement generation a calibrated baseline rests on (1: the file does not
+        #: say, as no baseline did before generations were recorded).
         self.method = method
 
     def __len__(self) -> int:
@@ -135,9 +136,8 @@ class ReferenceTable:
         rows = doc.get("references") or []
         if not isinstance(rows, list):
             raise FabregError(f"{source}: 'references' must be a list of rows")
-        method = doc.get("method")
-        if method is not None and (isinstance(method, bool) or not isinstance(method, int)
-                                   or method < 1):
+        method = 1 if doc.get("method") is None else doc["method"]
+        if isinstance(method, bool) or not isinstance(method, int) or method < 1:
             raise FabregError(f"{source}: 'method' must be a positive whole number (the "
                               f"measurement generation), got {method!r}")
         return cls([_parse_row(i, row, defaults, source) for i, row in enumerate(rows)], source,

@@ -150,7 +150,7 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
         judging by them would fail or pass what the suite measures now."""
         path = self.baseline_path()
         table = load_table(path) if path else None
-        if table is not None and (table.method or 1) < MEASUREMENT_METHOD:
+        if table is not None and table.method < MEASUREMENT_METHOD:
             return table
         return None
 
@@ -232,7 +232,7 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
         if summary.missing and (stale := self.stale_baseline()) is not None:
             self.ref_notes += (
                 f"; the baseline {self._shown(path)} rests on the suite's measurement "
-                f"generation {stale.method or 1}, not {MEASUREMENT_METHOD} "
+                f"generation {stale.method}, not {MEASUREMENT_METHOD} "
                 "(docs/references.md), and is set aside: record it again from runs since the "
                 f"upgrade with fabreg references calibrate --system {self.current_system.name}"
                 + (f" --partition {self.current_partition.name}" if by_partition else "")
