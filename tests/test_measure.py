@@ -21,6 +21,7 @@ from test_probes import MPIS, make
 
 from fabreg.run import confirm, interference, launch, measure, procfs
 from fabreg.run.interference import TOKEN_VARIABLE, InterferenceMeter
+from fabreg.run.parsers.osu import parse_osu
 
 pytestmark = pytest.mark.slow
 
@@ -448,3 +449,21 @@ def test_a_curve_that_fits_its_time_keeps_the_benchmarks_own_counts(osu_latency,
 def test_without_a_pilot_nothing_is_costed(osu_latency, tmp_path):
     result = measure.measure(plan(osu_latency, repeats=1), tmp_path)
     assert result["pilot"] is None and not (tmp_path / "measure-pilot.out").exists()
+
+
+def test_only_a_short_run_of_its_own_validates(osu_latency, tmp_path):
+    # OSU's validation moves some figures 2x: the data of every size is checked in a short
+    # run first, and no measured run validates (one method per value)
+    result = measure.measure(plan(osu_latency, validate=True, iteration_kind="latency",
+                                  curve_s=60), tmp_path)
+    checked = parse_osu((tmp_path / measure.VALIDATION_OUT).read_text())
+    assert checked.has_validation and checked.validation_failures == []
+    assert sorted(checked.rows) == [1 << k for k in range(11)]
+    assert result["validation"]["returncode"] == 0, result["validation"]
+    assert len(result["launches"]) == 3 and all("-c" not in x["options"]
+                                                for x in result["launches"])
+    assert "Validation" not in parse_osu((tmp_path / "measure-pilot.out").read_text()).columns
+    (tmp_path / "plain").mkdir()
+    without = measure.measure(plan(osu_latency, repeats=1), tmp_path / "plain")
+    assert without["validation"] is None
+    assert not (tmp_path / "plain" / measure.VALIDATION_OUT).exists()

@@ -219,10 +219,14 @@ def test_a_curve_that_would_outrun_its_time_runs_fewer_iterations_and_says_so(tm
     assert (f"{costed['iterations']} iterations per size (warm-up {costed['warmup']}): OSU's "
             f"own counts would take") in out
     assert all(x["options"][-4:] == costed["options"] for x in measured["launches"])
-    # every run of a value is measured the same way, OSU's data validation included (it moves
-    # some figures 2x): only the sizes differ (no reference here: 3 runs)
+    # every run of a value is measured the same way: only the sizes differ (no reference
+    # here: 3 runs); none validates (validation moves some figures 2x), a short run of its
+    # own does, with the pilot's counts
     ways = {tuple(x["options"][2:]) for x in measured["launches"]}
-    assert len(measured["launches"]) == 3 and len(ways) == 1 and "-c" in ways.pop(), measured
+    assert len(measured["launches"]) == 3 and len(ways) == 1 and "-c" not in ways.pop()
+    assert measured["validation"]["returncode"] == 0, measured
+    checked = next((tmp_path / "output").rglob("measure-validation.out")).read_text()
+    assert "Validation" in checked and "Fail" not in checked
     # where a hang after the results would be noted for the run's later jobs that launch the
     # same way: beside the job's stage directory, one note per run, transport and node count
     plan_path = next((tmp_path / "output").rglob("measure-plan.json"))
@@ -231,6 +235,34 @@ def test_a_curve_that_would_outrun_its_time_runs_fewer_iterations_and_says_so(tm
     assert note.parent.parent == stage.parent, (note, stage)
     assert note.parent.name.startswith(".fabreg-hangs-") and note.name.endswith("-1n")
     assert not note.exists()  # Open MPI on one node does not hang
+
+
+def test_data_that_fails_validation_fails_the_check_though_no_measured_run_validates(
+        tmp_path):
+    # OSU built so that the sender writes another pattern than the receiver checks (as
+    # test_probes does): only the short validation run can see it, and the check fails
+    prefix, src = tmp_path / "osu-corrupt", tmp_path / "src"
+    shutil.copytree(REPO / "src" / "probes", src)
+    code = (src / "probe_common.c").read_text()
+    needle = "p[k] = probe_pattern(from, to, k, iter);"
+    assert code.count(needle) == 1, "probe_fill changed; update this test"
+    (src / "probe_common.c").write_text(code.replace(
+        needle, "p[k] = probe_pattern(from, to, k, iter + 1);"))
+    (tmp_path / "build").mkdir()
+    subprocess.run(["make", "-f", str(src / "Makefile"), "CC=mpicc.openmpi", "install",
+                    f"PREFIX={prefix}"], cwd=tmp_path / "build", check=True,
+                   capture_output=True, timeout=600)
+    proc = run_reframe("-r", "-n", "OsuLatency", "-p", "openmpi", "-S", "curve_seconds=0.005",
+                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path,
+                       env={"FABREG_OSU_PREFIX_OPENMPI": str(prefix),
+                            "FABREG_PROVIDER": "auto"})
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0 and "Failing phase: sanity" in out, out[-4000:]
+    assert ("the validation run (-c, measure-validation.out): osu_latency: validation failed "
+            "at size(s) 1" in out), out[-4000:]
+    # a failing check's files stay in its stage directory
+    measured = json.loads(next((tmp_path / "stage").rglob("measure.json")).read_text())
+    assert measured["launches"] and all("-c" not in x["options"] for x in measured["launches"])
 
 
 def _failing_on_a_quiet_host(tmp_path: Path, control_rows: str, confirm_runs: int,

@@ -7,6 +7,7 @@ wall time the way the in-job drivers recorded it:
 - **floor**: the benchmark's first launch (the whole curve, or the probe's first run), the
   time the sizes and iterations a verdict rests on need at the least;
 - **pilot**: the iteration-costing pilot (OSU time-per-operation benchmarks);
+- **validation**: OSU's data validation, a short run of its own (no measured run validates);
 - **more launches**: repeats, confirmation runs, calibration steps (tail latency),
   baselines (fan-in streams): every launch after the first;
 - **in job, other**: the job's run time less its launches (meter, host control, counters,
@@ -50,7 +51,7 @@ REFRAME = Path(sys.executable).parent / "reframe"
 #: The result file each in-job driver writes beside the job's output.
 RESULTS = ("measure.json", "repeat-probe.json", "client-server.json", "tail-environment.json",
            "sweep.json")
-PARTS = ("floor", "pilot", "more", "job_other", "reframe")
+PARTS = ("floor", "pilot", "validation", "more", "job_other", "reframe")
 
 
 def run_suite(system: str, rfm_args: list[str], workdir: Path, repo: Path = REPO,
@@ -131,6 +132,7 @@ def case_costs(case: dict) -> dict[str, float] | None:
     launches = [float(x.get("seconds", 0)) for x in result["launches"]]
     launches += [float(x.get("seconds", 0)) for x in result.get("baseline_launches") or []]
     pilot = float((result.get("pilot") or {}).get("seconds") or 0)
+    validation = float((result.get("validation") or {}).get("seconds") or 0)
     job = float(case.get("time_run") or 0)
     # ReFrame's own stages for this case; the time a case waits for others (max_jobs) is
     # not its cost.
@@ -138,8 +140,8 @@ def case_costs(case: dict) -> dict[str, float] | None:
                   ("time_setup", "time_compile", "time_sanity", "time_performance"))
     floor = launches[0]
     more = sum(launches[1:])
-    return {"floor": floor, "pilot": pilot, "more": more,
-            "job_other": max(0.0, job - floor - more - pilot),
+    return {"floor": floor, "pilot": pilot, "validation": validation, "more": more,
+            "job_other": max(0.0, job - floor - more - pilot - validation),
             "reframe": reframe, "total": job + reframe, "launches": len(launches)}
 
 
@@ -242,7 +244,7 @@ def print_table(reports: list[Session]) -> None:
             cells.append(f" | {cell:>{width}}")
         print(f"{fam:18}" + "".join(cells))
     print("\n# each session: wall time, cases, launches; where its cases' time went (floor / "
-          "pilot / more launches / in job other / ReFrame's stages)")
+          "pilot / validation / more launches / in job other / ReFrame's stages)")
     for r in reports:
         cases = [c for cs in r.by_family.values() for c in cs]
         sums = {k: sum(c[k] for c in cases) for k in (*PARTS, "total", "launches")}

@@ -18,9 +18,15 @@ of the benchmark; it:
 5. ends a launch that printed its complete table but does not exit (MPICH 4.0 with UCX
    1.13 hangs in ``MPI_Finalize`` over TCP) after a grace period, keeping its values.
 
-Before all that, where the plan asks for it, a *pilot* run with a handful of iterations
-costs the curve (:mod:`fabreg.run.iteration_budget`): if OSU's own iteration counts would
-make it longer than ``curve_s``, every later run of the job uses the count that fits.
+Before all that, two short runs of the whole curve with a handful of iterations:
+
+- where the plan validates, the *validation run*: OSU's data validation (``-c``) checks what
+  every size delivers (``measure-validation.out``, read by the check's sanity). Only this
+  run validates: validation fills and checks the buffers around every call, which moves
+  some figures up to 2x either way, so no measured run carries it (one method per value);
+- where the plan asks for it, a *pilot* that costs the curve
+  (:mod:`fabreg.run.iteration_budget`): if OSU's own iteration counts would make it longer
+  than ``curve_s``, every later run of the job uses the count that fits.
 
 Everything it learnt goes to ``measure.json`` beside the benchmark's outputs.
 """
@@ -62,6 +68,8 @@ from fabreg.run.parsers.osu import parse_osu
 
 RESULT = "measure.json"
 PLAN = "measure-plan.json"
+#: The validation run's output, beside the job's other outputs.
+VALIDATION_OUT = "measure-validation.out"
 _ROW = re.compile(rb"^\s*(\d+)\s+[-+0-9.]")
 
 
@@ -99,6 +107,8 @@ class Plan(JsonPlan, ConfirmationPlan):
     iteration_kind: str = ""
     #: Seconds the whole-curve run may take; 0: OSU's iteration counts, however long.
     curve_s: float = 0.0
+    #: Check the data of every size in a short validation run (OSU's ``-c``) first.
+    validate: bool = False
 
     @classmethod
     def decoded(cls, data: dict[str, Any]) -> dict[str, Any]:
@@ -128,17 +138,38 @@ def _values(path: Path, sizes: list[int], column: str | None) -> dict[int, float
     return out
 
 
+def short_options(plan: Plan) -> list[str]:
+    """The whole-curve options with a handful of iterations (a count set by hand is
+    overridden: OSU takes the last one)."""
+    return [*plan.full_options, "-i", str(PILOT_ITERATIONS), "-x", str(PILOT_WARMUP)]
+
+
+def validation(plan: Plan, workdir: Path, env: dict[str, str], launched: list[Launch]
+               ) -> dict[str, Any] | None:
+    """Check the data of every size in a short run with OSU's ``-c``; None when the plan does
+    not validate. The check's sanity reads the table (``VALIDATION_OUT``)."""
+    if not plan.validate:
+        return None
+    done = run_once(plan.command, [*short_options(plan), "-c"], workdir / VALIDATION_OUT,
+                    table_complete(plan.full_sizes), grace_after([], plan.grace_s,
+                                                                 plan.hang_note),
+                    env, hang_note=plan.hang_note)
+    launched.append(done)
+    return {"seconds": round(done.seconds, 3), "returncode": done.returncode,
+            "hung_after_results": done.hung_after_results}
+
+
 def pilot(plan: Plan, workdir: Path, env: dict[str, str], launched: list[Launch]
           ) -> dict[str, Any] | None:
-    """Cost the curve with a short run of the whole-curve options (validation included: it
-    costs most); None when the plan asks for no pilot.
+    """Cost the curve with a short run of the whole-curve options; None when the plan asks
+    for no pilot.
 
     A pilot that prints no usable table leaves OSU's counts: the whole-curve run that
     follows is what reports the benchmark's problem.
     """
     if not (plan.iteration_kind and plan.curve_s > 0):
         return None
-    options = [*plan.full_options, "-i", str(PILOT_ITERATIONS), "-x", str(PILOT_WARMUP)]
+    options = short_options(plan)
     out = workdir / "measure-pilot.out"
     printed_at: dict[int, float] = {}
     complete = table_complete(plan.full_sizes)
@@ -149,7 +180,7 @@ def pilot(plan: Plan, workdir: Path, env: dict[str, str], launched: list[Launch]
         return complete(line)
 
     done = run_once(plan.command, options, out, stamp,
-                    grace_after([], plan.grace_s, plan.hang_note), env,
+                    grace_after(launched, plan.grace_s, plan.hang_note), env,
                     hang_note=plan.hang_note)
     launched.append(done)
     times = _values(out, plan.full_sizes, plan.column)
@@ -171,14 +202,16 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     launches: list[Launch] = []
     # Figures are keyed by message size, as text (the result file's keys).
     measurements = Measurements(dict.fromkeys(map(str, plan.sizes), plan.lower_is_better))
-    piloted: list[Launch] = []  # the pilot's launch: a hang there shortens the later graces
-    costed = pilot(plan, workdir, env, piloted)
+    # The short runs' launches: a hang there shortens the later graces.
+    short: list[Launch] = []
+    validated = validation(plan, workdir, env, short)
+    costed = pilot(plan, workdir, env, short)
     counts = list(costed.get("options", [])) if costed else []
 
     def launch(options: list[str], sizes: list[int], echo: bool = False) -> dict[str, float]:
         out = workdir / f"measure-{len(launches)}.out"
         done = run_once(plan.command, options, out, table_complete(sizes),
-                        grace_after([*piloted, *launches], plan.grace_s, plan.hang_note), env,
+                        grace_after([*short, *launches], plan.grace_s, plan.hang_note), env,
                         echo, plan.hang_note)
         launches.append(done)
         return {str(size): v for size, v in _values(out, plan.sizes, plan.column).items()}
@@ -210,6 +243,7 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
             token, plan.contended_share, bool(measurements.failing(limits)),
             gap_s=plan.control_gap_s, quiet_wait_s=plan.quiet_wait_s),
         **summary(launches),
+        "validation": validated,
         "pilot": costed,
         # The job's status: the first launch's, or 0 if it hung after complete results.
         "returncode": 0 if launches[0].hung_after_results else launches[0].returncode,

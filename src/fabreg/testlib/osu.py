@@ -294,7 +294,9 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
     #: :type: ``float``
     #: :default: ``30.0``
     curve_seconds = variable(float, value=30.0, loggable=False)
-    #: Run with OSU's data validation (``-c``) and fail on any failed size.
+    #: Check the data of every size with OSU's validation (``-c``) and fail on any failed
+    #: size. Measuring repeatedly, a short run of the curve validates and the measured runs
+    #: do not (validation moves some figures up to 2x); one plain run validates itself.
     #:
     #: :type: ``bool``
     #: :default: ``True``
@@ -324,15 +326,21 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
         self.spack_hash = self.osu_binaries.spack_hash
         self.spack_lock = self.osu_binaries.spack_lock
         self.executable = self.osu_binaries.path_of(self.benchmark) or self.benchmark
-        opts = ["-m", f"1:{self.max_size}"]
-        if self.iterations:
-            opts += ["-i", str(self.iterations)]
-        if self.warmup:
-            opts += ["-x", str(self.warmup)]
-        if self.validate:
-            opts.append("-c")
-        self.executable_opts = opts
-        self.keep_files = ["osu_curve.tsv"]
+        # One plain run is the sanity run and the measurement: it validates itself.
+        validated = self.validate and not self.measure_repeatedly
+        self.executable_opts = [*self.curve_options(), *(["-c"] if validated else [])]
+        self.keep_files = ["osu_curve.tsv", *([measure.VALIDATION_OUT]
+                                              if self.validate and not validated else [])]
+
+    def curve_options(self) -> list[str]:
+        """The options of a measured run of the whole curve (benchmark-specific ones, such
+        as a device, are added by subclasses)."""
+        return ["-m", f"1:{self.max_size}", *self.counts()]
+
+    def counts(self) -> list[str]:
+        """The iteration and warm-up counts set by hand (none: OSU's own)."""
+        return ((["-i", str(self.iterations)] if self.iterations else [])
+                + (["-x", str(self.warmup)] if self.warmup else []))
 
     def reference_keys(self) -> ReferenceKeys:
         """Each size's figure needs a reference; a bus bandwidth may have one."""
@@ -370,13 +378,35 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
 
     @sanity_function
     def assert_complete_table(self) -> bool:
-        result = self.parsed()
-        sizes = expected_sizes(result, self.benchmark, 1, self.max_size)
-        problem = table_problem(result, self.benchmark, sizes)
+        """The measured curve is complete and every size's data checked out (in the
+        validation run where the job measures repeatedly)."""
+        problem = self.table_problem(self.output_text())
+        if not problem and self.validate and self.measured() is not None:
+            problem = self.validation_problem()
         if problem:
-            died = abort_line(self.output_text())
-            raise SanityError(f"{problem}; the MPI aborted: {died}" if died else problem)
+            raise SanityError(problem)
         return True
+
+    def validation_problem(self) -> str | None:
+        """Why the job's validation run does not vouch for the data of every size, or None."""
+        path = Path(self.stagedir, measure.VALIDATION_OUT)
+        text = path.read_text(errors="replace") if path.is_file() else ""
+        result = parse_osu(text)
+        if failed := result.validation_failures:  # OSU stops at the first: name it first
+            problem = (f"{self.benchmark}: validation failed at size(s) "
+                       f"{', '.join(map(str, failed))}")
+        elif not (problem := self.table_problem(text)) and not result.has_validation:
+            problem = f"{self.benchmark} printed no Validation column"
+        return problem and f"the validation run (-c, {measure.VALIDATION_OUT}): {problem}"
+
+    def table_problem(self, text: str) -> str | None:
+        """Why ``text`` is not this benchmark's complete, valid table (with the line where
+        the MPI said a rank died), or None."""
+        result = parse_osu(text)
+        problem = table_problem(result, self.benchmark,
+                                expected_sizes(result, self.benchmark, 1, self.max_size))
+        died = abort_line(text) if problem else None
+        return f"{problem}; the MPI aborted: {died}" if died else problem
 
     @run_before("performance")
     def set_perf_variables(self) -> None:
@@ -393,23 +423,20 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
             })
 
     def measurement_plan(self, command: list[str]) -> measure.Plan:
-        """The curve once with validation, then repeats at the asserted sizes."""
+        """A short validation run, the curve once, then repeats at the asserted sizes: every
+        measured run the same way, only the sizes differ."""
         metric, unit, _ = BENCHMARKS[self.benchmark]
         refs = self.references()
         judged = {size: ref for size in self.perf_sizes
                   if (ref := refs.get(perfvar_name(metric, size)))}
-        counts = (["-i", str(self.iterations)] if self.iterations else []) + (
-            ["-x", str(self.warmup)] if self.warmup else [])
         kind = iteration_budget.kind_of(self.benchmark)
         costed = bool(kind and self.curve_seconds > 0 and not self.iterations)
-        # Every run of a value validates as the whole-curve run does: OSU's validation fills
-        # the buffers before each call, which moves some figures up to 2x either way (a best
-        # of two methods would fail whenever the faster method's run is disturbed).
-        validation = ["-c"] if self.validate else []
+        curve = list(self.executable_opts)
+        sizes_at = curve.index("-m") + 1
         return measure.Plan(
-            command=command, full_options=list(self.executable_opts),
+            command=command, full_options=curve, validate=self.validate,
             full_sizes=powers_of_two(1, self.max_size),
-            repeat_options=["-m", "{low}:{high}", *counts, *validation],
+            repeat_options=[*curve[:sizes_at], "{low}:{high}", *curve[sizes_at + 1:]],
             sizes=list(self.perf_sizes),
             lower_is_better=lower_is_better(metric, unit),
             fail_limits={size: ref.failure_limit for size, ref in judged.items()},
