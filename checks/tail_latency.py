@@ -14,8 +14,9 @@ with short probe runs until the loaded tail lands near the target, then measures
 references judge, measures as the other checks do (fabreg.run.confirm): its figures are the
 lowest of its runs, one run when they all lie inside their warning bands, ``repeats`` when one
 is within reach of its limit or has no reference, and a failing one is confirmed by more runs
-spread in time. The ratio reached, the background chosen and the calibration steps are
-logged. The probe alternates blocks with its
+spread in time, then judged by the host control (fabreg.run.host_control: a host that ran
+slow enough to explain it makes it ``inconclusive``). The ratio reached, the background
+chosen and the calibration steps are logged. The probe alternates blocks with its
 background asleep and streaming, so each run also shows whether the background reaches the
 measured ranks at all. A host busy with other work makes an environment ``inconclusive``
 (never a sanity failure); so does a target this host cannot reach, with the figures. The
@@ -37,6 +38,7 @@ from reframe.core.exceptions import SanityError
 from reframe.core.logging import getlogger
 
 from fabreg.run import collectives, confirm, tail_environment
+from fabreg.run.host_control import figures_on_path, slow_host
 from fabreg.run.parsers.probes import TailLatencyResult, parse_tail_latency
 from fabreg.run.references import Assessment
 from fabreg.testlib.measurement import (
@@ -125,6 +127,18 @@ class TailLatency(MeteredJob, ProbeCheck):
     #: :type: ``dict``
     #: :default: ``{}``
     confirmation = variable(dict, value={}, loggable=True)
+    #: Seconds between the samples of the host control that judges a failing quiet
+    #: figure (three samples; each figure's best judges).
+    #:
+    #: :type: ``float``
+    #: :default: ``fabreg.run.confirm.CONTROL_GAP_S`` (3.0)
+    control_gap = variable(float, value=confirm.CONTROL_GAP_S, loggable=False)
+    #: The host control measured after a quiet figure's failure was confirmed (perflog;
+    #: empty when nothing failed: ``fabreg.run.host_control``).
+    #:
+    #: :type: ``dict``
+    #: :default: ``{}``
+    host_control = variable(dict, value={}, loggable=True)
     #: Iterations and blocks of one calibration step.
     #:
     #: :type: ``int``
@@ -232,7 +246,8 @@ class TailLatency(MeteredJob, ProbeCheck):
             confirm_span_s=self.confirm_span, confirm_runs=self.confirm_runs,
             lasting_failures=lasting_failures_dir(self.stagedir),
             confirm_budget_s=self.confirm_budget,
-            contended_share=self.contended_share, run_s=self.run_seconds,
+            contended_share=self.contended_share, control_gap_s=self.control_gap,
+            run_s=self.run_seconds,
             hang_note=self.hang_note(), step_note=self.step_note(),
         ).save(Path(self.stagedir, tail_environment.PLAN))
         self.job.launcher = getlauncher("local")()
@@ -278,11 +293,14 @@ class TailLatency(MeteredJob, ProbeCheck):
 
     def qualify(self, assessments: list[Assessment]) -> dict[str, tuple[str, str]]:
         """A quiet figure that failed in its first runs but not in its confirmation is
-        ``flaky``; one measured while other work took the CPUs is ``inconclusive``."""
+        ``flaky``; one measured while other work took the CPUs, or whose confirmed failure
+        the host control explains (the host ran slow), is ``inconclusive``."""
         result = self.environment_result()
+        slow = slow_host(self.host_control, self.host_control_references(),
+                         figures_on_path(self.transport))
         return confirmed_verdicts(assessments, self.metered() or {"other_share": 0.0},
                                   self.contended(), self.confirmation,
-                                  dict(result.get("quiet_confirmations", {})))
+                                  dict(result.get("quiet_confirmations", {})), slow)
 
     @run_before("performance")
     def say_how_many_iterations(self) -> None:
@@ -301,6 +319,7 @@ class TailLatency(MeteredJob, ProbeCheck):
     def log_confirmation(self) -> None:
         result = self.environment_result()
         self.confirmation = dict(result.get("confirmation", {}))
+        self.host_control = dict(result.get("host_control") or {})
         self.measurements = dict.fromkeys(("p50", "p99", "max", "p99_over_p50"),
                                           len(result["runs"]))
         say_how_confirmed(self, result)

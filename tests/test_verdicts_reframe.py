@@ -460,6 +460,39 @@ def test_a_quiet_tail_inside_its_warning_bands_is_measured_once_as_every_value_i
     assert all((d / name).is_file() for d, runs in kept.items() for name in runs), kept
 
 
+#: Quiet allreduce tail rows no host meets.
+TAIL_UNREACHABLE = "system: local\nreferences:\n" + "".join(
+    f"  - {{benchmark: fabreg_tail_latency_allreduce_default_quiet, metric: {m}, "
+    f"size: 65536, value: 1.0e-6, unit: us, fail: 0.25}}\n" for m in ("p50", "p99"))
+
+
+def test_a_confirmed_quiet_tail_failure_on_a_host_slower_than_its_control_is_inconclusive(
+        tmp_path):
+    """As for the OSU values above: the quiet tail's failure reproduces, the host control
+    measured after it lies beyond its baseline by enough to explain it (here a baseline no
+    host meets), so the host ran slow, not the fabric: inconclusive, with the control's
+    figure in the perflog."""
+    checks = tmp_path / "checks"
+    (checks / "references").mkdir(parents=True)
+    shutil.copy(REPO / "checks" / "tail_latency.py", checks)
+    (checks / "references" / "local.yaml").write_text(TAIL_UNREACHABLE + CONTROL_UNMET)
+    proc = run_reframe("-r", "-p", "openmpi", "-n",
+                       "TailLatency%.*case=allreduce:default%environment=quiet",
+                       "-S", "TailLatency.iterations=300", "-S", "TailLatency.blocks=4",
+                       "-S", "TailLatency.confirm_runs=1", "-S", "TailLatency.confirm_span=0",
+                       "-S", "TailLatency.control_gap=0.5",
+                       "-S", "TailLatency.contended_share=1.0",
+                       checks=checks, perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    (row,) = _rows(tmp_path / "perflogs", "TailLatency")
+    assert row["ref_status"] == "inconclusive", row
+    assert json.loads(row["verdicts"]) == {"p50": "inconclusive", "p99": "inconclusive"}
+    assert json.loads(row["confirmation"]), row  # confirmed before the control judged
+    assert "the host itself ran slow: 1 MiB memory copy" in row["ref_notes"], row["ref_notes"]
+    assert json.loads(row["host_control"])["copy_bandwidth"] > 0, row["host_control"]
+
+
 @pytest.mark.skipif(not shutil.which("ucx_perftest"), reason="ucx_perftest is not installed")
 def test_a_client_server_failure_is_confirmed_in_the_job_spread_in_time(tmp_path):
     """ucx_perftest through ReFrame against a latency no host meets: the failing figure is

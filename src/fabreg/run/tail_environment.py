@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from fabreg.errors import FabregError
+from fabreg.run import host_control
 from fabreg.run.confirm import Confirmation, ConfirmationPlan, Measurements
 from fabreg.run.interference import TOKEN_VARIABLE
 from fabreg.run.launch import JsonPlan, Launch, driver_main, grace_after, run_once, summary
@@ -422,6 +423,13 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
             note_cost(plan.step_note, cost_of(costed_by))
     quiet = _confirm_quiet_figures(plan, workdir, quiet_measured, results, runs, launch,
                                    final, env)
+    # A quiet figure that still fails is judged by the host control as the other checks'
+    # values are (fabreg.run.host_control): measured now, and only then (nothing else of
+    # this job needs it).
+    failing = bool(quiet and quiet.failing(plan.fail_limits))
+    control = host_control.after_job(env[TOKEN_VARIABLE], plan.contended_share, True,
+                                     gap_s=plan.control_gap_s,
+                                     quiet_wait_s=plan.quiet_wait_s) if failing else {}
     counts = [r.iterations for r in results]  # every run's, confirmations included
     # what a planned run would have taken: the last cost given, else what the probe-costed
     # run turned out to cost
@@ -458,6 +466,7 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         "quiet_confirmations": quiet.quiet if quiet else {},
         "joined_lasting_failure": quiet.joined.__dict__ if quiet and quiet.joined else None,
         "confirmation_over_budget": bool(quiet and quiet.over_budget),
+        "host_control": control,
         "run_budget": budget,
         **summary(launches),
     }
