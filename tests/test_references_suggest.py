@@ -34,9 +34,11 @@ BW1M = {"benchmark": "osu_bw", "metric": "bandwidth", "size": 1048576, "mpi": "o
 def add_run(store: Store, t: float, values: dict[str, tuple[float, str]],
             keys: dict[str, dict] | None, test: str = "OsuLatency", system: str = "local",
             environ: str = "openmpi", params: dict[str, str] | None = None,
-            extra: dict[str, str] | None = None) -> None:
-    """One test-case run, as fabreg.review.perflog would have read it from a perflog line."""
-    attrs = {"ref_status": "ok", **(extra or {})}
+            extra: dict[str, str] | None = None,
+            method: int | None = MEASUREMENT_METHOD) -> None:
+    """One test-case run, as fabreg.review.perflog would have read it from a perflog line
+    (of this suite's measurement generation; ``method=None``: a perflog without the column)."""
+    attrs = {"ref_status": "ok", **({"method": str(method)} if method else {}), **(extra or {})}
     if keys is not None:
         attrs["ref_keys"] = json.dumps(keys)
     run = Run(t, test, params or {"transport": "shm"}, system, "default", environ,
@@ -409,6 +411,46 @@ def test_a_control_row_follows_the_controls_usual_noise_not_its_worst_run(tmp_pa
     assert control.verdict(6.8) == "ok" and control.verdict(1.9) == "fail"
     fabric = table.lookup(**{**BW1M, "size": 131072})
     assert fabric.fail == pytest.approx(0.95) and fabric.verdict(1900.0) != "fail"
+
+
+def test_a_baseline_is_drawn_from_runs_of_this_measurement_generation_only(tmp_path, capsys):
+    """Runs of an older generation (an older ``method`` column, or none: a perflog of a suite
+    before it) measured some values another way (validation moved them 2x): a baseline that
+    says it rests on this generation leaves them out, and says how many."""
+    db = tmp_path / "fabreg.db"
+    checks = tmp_path / "checks"
+    (checks / "references").mkdir(parents=True)
+    with Store(db) as store:
+        for i, value in enumerate([2200.0, 2250.0, 2150.0]):
+            add_run(store, 1000 + i * 600, {"bandwidth_1MB": (value, "MB/s")},
+                    {"bandwidth_1MB": BW1M}, extra={"host_key": "testhost"})
+        for i, (value, method) in enumerate([(1100.0, MEASUREMENT_METHOD - 1), (1150.0, None)]):
+            add_run(store, 5000 + i * 600, {"bandwidth_1MB": (value, "MB/s")},
+                    {"bandwidth_1MB": BW1M}, extra={"host_key": "testhost"}, method=method)
+    calibrate = ["references", "calibrate", "--db", str(db), "--system", "local",
+                 "--checks", str(checks), "--host-key", "testhost"]
+    code = main(calibrate)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert (f"left out 2 value(s) of runs of an older measurement generation (not method "
+            f"{MEASUREMENT_METHOD}; docs/references.md)") in out
+    table = ReferenceTable.load(checks / "references" / "local" / "testhost.yaml")
+    assert table.method == MEASUREMENT_METHOD
+    assert table.lookup(**BW1M).value == pytest.approx(2200.0)
+
+    # only runs of older generations: a one-line refusal that says what to do
+    only_old = tmp_path / "old.db"
+    with Store(only_old) as store:
+        add_run(store, 1000, {"bandwidth_1MB": (1100.0, "MB/s")}, {"bandwidth_1MB": BW1M},
+                extra={"host_key": "testhost"}, method=None)
+    code = main([*calibrate[:3], str(only_old), *calibrate[4:], "--force"])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert err.strip().splitlines() == [
+        f"fabreg: error: all 1 value(s) of system 'local' on testhost were measured by an older "
+        f"generation of the suite's measurements (their runs log no method "
+        f"{MEASUREMENT_METHOD}; docs/references.md): run the checks with this fabreg, ingest "
+        f"their perflogs and calibrate again"]
 
 
 def test_host_control_values_are_one_per_run_and_figure():

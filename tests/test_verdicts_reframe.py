@@ -346,6 +346,7 @@ def test_a_new_host_is_missing_until_calibrated_then_judged_by_its_baseline(tmp_
     rows = [dict(zip(lines[0].split("|"), line.split("|"))) for line in lines[1:]]
     assert len(rows) == 5 and {r["ref_status"] for r in rows} == {"missing"}
     assert {r["host_key"] for r in rows} == {host_key()}
+    assert {r["method"] for r in rows} == {str(MEASUREMENT_METHOD)}  # what calibrate keeps
 
     db = tmp_path / "fabreg.db"
     fabreg("ingest", "-q", str(tmp_path / "p1"), db=db, check=True)
@@ -383,7 +384,8 @@ def test_a_new_host_is_missing_until_calibrated_then_judged_by_its_baseline(tmp_
     assert row["ref_status"] == "missing", row["ref_notes"]
     assert (f"rests on the suite's measurement generation 1, not {MEASUREMENT_METHOD}"
             in row["ref_notes"]), row["ref_notes"]
-    assert "fabreg references calibrate --system local --force --since" in out
+    assert ("record it again from runs of this generation with fabreg references calibrate "
+            "--system local --force" in " ".join(out.split())), out[-4000:]
 
 
 def test_tail_latency_on_a_busy_host_is_inconclusive_never_a_sanity_failure(tmp_path):

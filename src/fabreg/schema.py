@@ -23,6 +23,8 @@ KEY_FIELDS: tuple[str, ...] = ("benchmark", "metric", "size", "mpi", "transport"
 #: The generation of the suite's measurements, raised when a change makes a value measured
 #: before it incomparable with one measured after it. A baseline that `calibrate` writes
 #: says which generation it rests on (its top-level ``method``); an older one is set aside.
+#: Every run logs it (perflog column ``method``), and a baseline is drawn from runs of the
+#: current generation only.
 #: 2: every run of an OSU value validates as the whole-curve run does (before, only the
 #: first did, and validation alone moves some figures 2x).
 #: 3: no measured run of an OSU value validates; a short run of its own does.
@@ -45,8 +47,9 @@ NOT_PARAMETERS: frozenset[str] = frozenset({
     "verdicts", "interference", "exclusive", "spread", "confirmation", "host_control",
     # How many measurements each value rests on (fabreg.run.confirm.settled).
     "measurements",
-    # Which host's baseline judged the run (references by host: local, minicluster).
-    "host_key",
+    # Which host's baseline judged the run (references by host: local, minicluster), and the
+    # suite's measurement generation the values rest on (MEASUREMENT_METHOD).
+    "host_key", "method",
     # The tail environment one run reached: its target, the p99/p50 reached, the background
     # the calibration chose (a calibrated setting, not a series parameter), and why the
     # environment could not be judged (a busy host, a target out of reach).

@@ -12,7 +12,7 @@ from fabreg.errors import FabregError
 from fabreg.review import suggest
 from fabreg.review.store import RunValue, Store
 from fabreg.run.references import host_key, host_reference_file, partition_reference_file
-from fabreg.schema import CONTENDED_SHARE
+from fabreg.schema import CONTENDED_SHARE, MEASUREMENT_METHOD
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -88,13 +88,28 @@ def run_calibrate(args: argparse.Namespace) -> int:
     args.out, args.force = str(out), True
     out.parent.mkdir(parents=True, exist_ok=True)
     left_out: list[int] = []
+    older: list[int] = []
 
     def select(values: list[RunValue]) -> list[RunValue]:
         if args.partition:
             mine = [rv for rv in values if rv.partition == args.partition]
-            kept = [rv for rv in mine if not suggest.measured_under_interference(rv)]
         else:
             mine = [rv for rv in values if rv.attrs.get("host_key") == host]
+        # A baseline says it rests on this generation (its `method`): runs of an older one
+        # measured some values another way (docs/references.md).
+        current = [rv for rv in mine if suggest.current_method(rv)]
+        older.append(len(mine) - len(current))
+        if mine and not current:
+            raise FabregError(
+                f"all {len(mine)} value(s) of system {args.system!r} on "
+                f"{host or f'partition {args.partition}'} were measured by an older "
+                f"generation of the suite's measurements (their runs log no method "
+                f"{MEASUREMENT_METHOD}; docs/references.md): run the checks with this "
+                "fabreg, ingest their perflogs and calibrate again")
+        mine = current
+        if args.partition:
+            kept = [rv for rv in mine if not suggest.measured_under_interference(rv)]
+        else:
             kept = suggest.baseline_values(mine, host)
         if mine and not kept:  # a busy host: nothing to calibrate from, and the user told why
             raise FabregError(
@@ -106,6 +121,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
         return kept + suggest.host_control_values(kept)
 
     code = run_suggest(args, select, host or f"partition {args.partition}")
+    if older and older[0]:
+        print(f"left out {older[0]} value(s) of runs of an older measurement generation "
+              f"(not method {MEASUREMENT_METHOD}; docs/references.md)")
     if left_out and left_out[0]:
         print(f"left out {left_out[0]} value(s) measured under interference (other work took "
               f"more than {CONTENDED_SHARE:.0%} of the host's CPU, or judged inconclusive)")

@@ -160,6 +160,12 @@ def measured_under_interference(rv: RunValue) -> bool:
     return isinstance(share, (int, float)) and share > CONTENDED_SHARE
 
 
+def current_method(rv: RunValue) -> bool:
+    """Was ``rv`` measured by the suite's current measurement generation (its run's
+    ``method`` column; a run without one predates it)?"""
+    return rv.attrs.get("method") == str(MEASUREMENT_METHOD)
+
+
 def baseline_values(values: Iterable[RunValue], host: str) -> list[RunValue]:
     """The values a host's baseline rests on: measured on ``host`` and not under interference
     (a value measured while other work took the host's CPUs says nothing about the fabric,

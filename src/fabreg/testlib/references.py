@@ -110,6 +110,12 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
     #: :type: ``str``
     #: :default: ``""``
     host_key = variable(str, value="", loggable=True)
+    #: The suite's measurement generation the values were measured by (perflog): a baseline
+    #: is drawn from runs of the current one only (``fabreg.schema.MEASUREMENT_METHOD``).
+    #:
+    #: :type: ``int``
+    #: :default: ``fabreg.schema.MEASUREMENT_METHOD``
+    method = variable(int, value=MEASUREMENT_METHOD, loggable=True)
 
     def reference_keys(self) -> ReferenceKeys:
         """Performance variable -> (lookup key for ``ReferenceTable.lookup``, required?)."""
@@ -233,10 +239,11 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
             self.ref_notes += (
                 f"; the baseline {self._shown(path)} rests on the suite's measurement "
                 f"generation {stale.method}, not {MEASUREMENT_METHOD} "
-                "(docs/references.md), and is set aside: record it again from runs since the "
-                f"upgrade with fabreg references calibrate --system {self.current_system.name}"
+                "(docs/references.md), and is set aside: record it again from runs of this "
+                f"generation with fabreg references calibrate --system "
+                f"{self.current_system.name}"
                 + (f" --partition {self.current_partition.name}" if by_partition else "")
-                + " --force --since TIME")
+                + " --force")
         elif summary.missing and self.host_key and not path.is_file():
             self.ref_notes += (f"; no baseline for this host ({self._shown(path)}): record one "
                                f"with fabreg references calibrate --system "
