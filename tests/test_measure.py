@@ -467,3 +467,13 @@ def test_only_a_short_run_of_its_own_validates(osu_latency, tmp_path):
     without = measure.measure(plan(osu_latency, repeats=1), tmp_path / "plain")
     assert without["validation"] is None
     assert not (tmp_path / "plain" / measure.VALIDATION_OUT).exists()
+
+
+def test_the_validation_runs_table_is_the_benchmarks_alone(osu_latency, tmp_path):
+    # a launcher forwards the ranks' stderr in chunks of its own: a log line once landed
+    # inside a row of the short validation run and lost the row, so its stderr is kept apart
+    noisy = ["sh", "-c", 'echo "a log line on stderr" >&2; exec "$@"', "sh", *osu_latency]
+    measure.measure(plan(noisy, validate=True, repeats=1), tmp_path)
+    assert "a log line" not in (tmp_path / measure.VALIDATION_OUT).read_text()
+    assert "a log line" in (tmp_path / measure.VALIDATION_ERR).read_text()
+    assert "a log line" in (tmp_path / "measure-0.out").read_text()  # measured: as written

@@ -25,6 +25,7 @@ gets the launch as JSON (``summary``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -131,12 +132,21 @@ def _exited(proc: subprocess.Popen[bytes], within_s: float) -> bool:
 
 def run_once(command: list[str], options: list[str], output: Path, complete: Completion,
              grace_s: float, env: dict[str, str], echo: bool = False,
-             hang_note: str = "") -> Launch:
+             hang_note: str = "", errors: Path | None = None) -> Launch:
     """Run ``command + options`` once; end it ``grace_s`` after its output is complete
-    (and leave ``hang_note`` if it had to be ended so)."""
+    (and leave ``hang_note`` if it had to be ended so).
+
+    Its stderr goes to ``errors`` where given, else into ``output`` as the launch wrote it.
+    Apart, a table is only the benchmark's: an MPI launcher forwards the ranks' streams in
+    chunks of its own, and a log line of another rank once landed inside a table row (UCX's
+    endpoint configuration at ``UCX_LOG_LEVEL=info``, in 1 of ~200 short runs), which lost
+    the row.
+    """
     start, started = time.monotonic(), time.time()
-    proc = subprocess.Popen([*command, *options], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    with open(errors, "wb") if errors else contextlib.nullcontext() as stderr:
+        proc = subprocess.Popen([*command, *options], stdout=subprocess.PIPE,
+                                stderr=stderr or subprocess.STDOUT, env=env,
+                                start_new_session=True)
     watch = _Watch(proc, output, complete, echo)
     hung = False
     while not _exited(proc, WATCH_S):

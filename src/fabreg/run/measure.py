@@ -68,8 +68,9 @@ from fabreg.run.parsers.osu import parse_osu
 
 RESULT = "measure.json"
 PLAN = "measure-plan.json"
-#: The validation run's output, beside the job's other outputs.
+#: The validation run's table, and its stderr (MPI and UCX logs) apart from it.
 VALIDATION_OUT = "measure-validation.out"
+VALIDATION_ERR = "measure-validation.err"
 _ROW = re.compile(rb"^\s*(\d+)\s+[-+0-9.]")
 
 
@@ -153,7 +154,7 @@ def validation(plan: Plan, workdir: Path, env: dict[str, str], launched: list[La
     done = run_once(plan.command, [*short_options(plan), "-c"], workdir / VALIDATION_OUT,
                     table_complete(plan.full_sizes), grace_after([], plan.grace_s,
                                                                  plan.hang_note),
-                    env, hang_note=plan.hang_note)
+                    env, hang_note=plan.hang_note, errors=workdir / VALIDATION_ERR)
     launched.append(done)
     return {"seconds": round(done.seconds, 3), "returncode": done.returncode,
             "hung_after_results": done.hung_after_results}
@@ -181,7 +182,7 @@ def pilot(plan: Plan, workdir: Path, env: dict[str, str], launched: list[Launch]
 
     done = run_once(plan.command, options, out, stamp,
                     grace_after(launched, plan.grace_s, plan.hang_note), env,
-                    hang_note=plan.hang_note)
+                    hang_note=plan.hang_note, errors=workdir / "measure-pilot.err")
     launched.append(done)
     times = _values(out, plan.full_sizes, plan.column)
     found: dict[str, Any] = {"seconds": round(done.seconds, 3), "returncode": done.returncode,

@@ -329,7 +329,7 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
         # One plain run is the sanity run and the measurement: it validates itself.
         validated = self.validate and not self.measure_repeatedly
         self.executable_opts = [*self.curve_options(), *(["-c"] if validated else [])]
-        self.keep_files = ["osu_curve.tsv", *([measure.VALIDATION_OUT]
+        self.keep_files = ["osu_curve.tsv", *([measure.VALIDATION_OUT, measure.VALIDATION_ERR]
                                               if self.validate and not validated else [])]
 
     def curve_options(self) -> list[str]:
@@ -389,23 +389,23 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
 
     def validation_problem(self) -> str | None:
         """Why the job's validation run does not vouch for the data of every size, or None."""
-        path = Path(self.stagedir, measure.VALIDATION_OUT)
-        text = path.read_text(errors="replace") if path.is_file() else ""
+        text, logs = (self.output_text(name) if Path(self.stagedir, name).is_file() else ""
+                      for name in (measure.VALIDATION_OUT, measure.VALIDATION_ERR))
         result = parse_osu(text)
         if failed := result.validation_failures:  # OSU stops at the first: name it first
             problem = (f"{self.benchmark}: validation failed at size(s) "
                        f"{', '.join(map(str, failed))}")
-        elif not (problem := self.table_problem(text)) and not result.has_validation:
+        elif not (problem := self.table_problem(text, logs)) and not result.has_validation:
             problem = f"{self.benchmark} printed no Validation column"
         return problem and f"the validation run (-c, {measure.VALIDATION_OUT}): {problem}"
 
-    def table_problem(self, text: str) -> str | None:
-        """Why ``text`` is not this benchmark's complete, valid table (with the line where
-        the MPI said a rank died), or None."""
+    def table_problem(self, text: str, logs: str = "") -> str | None:
+        """Why ``text`` is not this benchmark's complete, valid table (with the line of
+        ``text`` or of its stderr ``logs`` where the MPI said a rank died), or None."""
         result = parse_osu(text)
         problem = table_problem(result, self.benchmark,
                                 expected_sizes(result, self.benchmark, 1, self.max_size))
-        died = abort_line(text) if problem else None
+        died = abort_line(text + "\n" + logs) if problem else None
         return f"{problem}; the MPI aborted: {died}" if died else problem
 
     @run_before("performance")
