@@ -107,10 +107,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
                 f"{MEASUREMENT_METHOD}; docs/references.md): run the checks with this "
                 "fabreg, ingest their perflogs and calibrate again")
         mine = current
-        if args.partition:
-            kept = [rv for rv in mine if not suggest.measured_under_interference(rv)]
-        else:
-            kept = suggest.baseline_values(mine, host)
+        kept = [rv for rv in mine if not suggest.measured_under_interference(rv)]
         if mine and not kept:  # a busy host: nothing to calibrate from, and the user told why
             raise FabregError(
                 f"all {len(mine)} value(s) of system {args.system!r} on "

@@ -145,6 +145,12 @@ def short_options(plan: Plan) -> list[str]:
     return [*plan.full_options, "-i", str(PILOT_ITERATIONS), "-x", str(PILOT_WARMUP)]
 
 
+def _short_run(done: Launch) -> dict[str, Any]:
+    """What ``measure.json`` says of a short run (the validation run, the pilot)."""
+    return {"seconds": round(done.seconds, 3), "returncode": done.returncode,
+            "hung_after_results": done.hung_after_results}
+
+
 def validation(plan: Plan, workdir: Path, env: dict[str, str], launched: list[Launch]
                ) -> dict[str, Any] | None:
     """Check the data of every size in a short run with OSU's ``-c``; None when the plan does
@@ -152,12 +158,11 @@ def validation(plan: Plan, workdir: Path, env: dict[str, str], launched: list[La
     if not plan.validate:
         return None
     done = run_once(plan.command, [*short_options(plan), "-c"], workdir / VALIDATION_OUT,
-                    table_complete(plan.full_sizes), grace_after([], plan.grace_s,
-                                                                 plan.hang_note),
-                    env, hang_note=plan.hang_note, errors=workdir / VALIDATION_ERR)
+                    table_complete(plan.full_sizes),
+                    grace_after(launched, plan.grace_s, plan.hang_note), env,
+                    hang_note=plan.hang_note, errors=workdir / VALIDATION_ERR)
     launched.append(done)
-    return {"seconds": round(done.seconds, 3), "returncode": done.returncode,
-            "hung_after_results": done.hung_after_results}
+    return _short_run(done)
 
 
 def pilot(plan: Plan, workdir: Path, env: dict[str, str], launched: list[Launch]
@@ -185,8 +190,7 @@ def pilot(plan: Plan, workdir: Path, env: dict[str, str], launched: list[Launch]
                     hang_note=plan.hang_note, errors=workdir / "measure-pilot.err")
     launched.append(done)
     times = _values(out, plan.full_sizes, plan.column)
-    found: dict[str, Any] = {"seconds": round(done.seconds, 3), "returncode": done.returncode,
-                             "hung_after_results": done.hung_after_results}
+    found = _short_run(done)
     if times and (not done.returncode or done.hung_after_results):
         costs = iteration_costs(times, printed_at, PILOT_ITERATIONS + PILOT_WARMUP)
         budget = iterations_within(costs, plan.iteration_kind, plan.curve_s)

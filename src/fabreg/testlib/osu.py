@@ -333,13 +333,10 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
                                               if self.validate and not validated else [])]
 
     def curve_options(self) -> list[str]:
-        """The options of a measured run of the whole curve (benchmark-specific ones, such
-        as a device, are added by subclasses)."""
-        return ["-m", f"1:{self.max_size}", *self.counts()]
-
-    def counts(self) -> list[str]:
-        """The iteration and warm-up counts set by hand (none: OSU's own)."""
-        return ((["-i", str(self.iterations)] if self.iterations else [])
+        """The sizes of the whole curve, and the iteration and warm-up counts set by hand
+        (none: OSU's own); a mixin adds its own options before them (a device's)."""
+        return (["-m", f"1:{self.max_size}"]
+                + (["-i", str(self.iterations)] if self.iterations else [])
                 + (["-x", str(self.warmup)] if self.warmup else []))
 
     def reference_keys(self) -> ReferenceKeys:
