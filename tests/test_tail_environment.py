@@ -407,6 +407,12 @@ JUDGEMENTS = [
     # the background no higher in most runs: its share cannot be told, never a failure.
     ([(2.2, 2.5), (3.0, 2.9), (2.6, 2.6)], dict(within_target=True), "", "inconclusive",
      "the high_tail target 3 is reached"),
+    # Seen in a healthy session on 2 busy-polling cores: the host's own tail at 1.77-3.71,
+    # the loaded one not above it in 2 of 3 runs, no calibration step above the quiet tail.
+    ([(1.77, 1.9), (3.71, 2.5), (2.4, 2.1)],
+     dict(within_target=False, strongest=True, calibration=[{"step": 4, "ratio": 2.6}]), "",
+     "inconclusive", "the host's own tail reached the high_tail target's level in a run (quiet "
+                     "p99/p50 up to 3.71"),
     ([(4.5, 4.0), (5.0, 4.9), (4.2, 4.1)], dict(within_target=False, gentlest=True), "",
      "inconclusive", "already above the high_tail target"),
     ([(1.3, 1.2), (1.3, 1.3), (1.2, 1.2)], dict(within_target=False, strongest=True),
