@@ -141,6 +141,47 @@ def test_a_ucx_log_line_spliced_into_the_header_is_dropped():
     assert table_problem(r, "osu_allgather", [1, 131072]) is None
 
 
+def test_a_ucx_log_line_inside_the_header_is_taken_out_and_the_header_joined():
+    """2 MPICH ranks over UCX (a 4-node run's validation run): node2's log lines landed
+    between the header's ``Bandwidth (MB/s)`` and its ``Validation``, which followed them on a
+    line of its own; read without joining, every row had a column too many."""
+    text = ("# OSU MPI Bandwidth Test v7.2\n"
+            "# Size      Bandwidth (MB/s)[1795796820.354180] [node2:24657:0]      "
+            "ucp_worker.c:1763 UCX  INFO    ep_cfg[0]: tag(tcp/fab0) rma_am(tcp/fab0) "
+            "am(tcp/fab0)\n"
+            "[1795796820.355280] [node2:24657:0]      ucp_worker.c:1763 UCX  INFO    ep_cfg[1]: "
+            "tag(self/memory0 tcp/fab0) rma(self/memory0) am(self/memory0 tcp/fab0)\n"
+            "        Validation\n"
+            "# Datatype: MPI_CHAR.\n"
+            "1                       0.17              Pass\n"
+            "16384                1077.34              Pass\n"
+            "4194304              2096.11              Pass\n")
+    r = parse_osu(text)
+    assert r.columns == ["Bandwidth (MB/s)", "Validation"], r.columns
+    assert r.sizes == [1, 16384, 4194304] and r.value(16384) == 1077.34
+    assert r.validation_failures == []
+    # and inside a row: the row's rest follows the log line
+    row = text.replace("1077.34              Pass", "1077[1795796820.4] [node2:24657:0] UCX  "
+                       "INFO    ep_cfg[2]: tag(tcp/fab0)\n.34              Pass")
+    assert parse_osu(row).rows[16384] == {"Bandwidth (MB/s)": 1077.34, "Validation": "Pass"}
+
+
+def test_a_ucx_log_line_with_a_padded_pid_after_the_datatype_is_taken_out():
+    """The same run's allgather: UCX 1.13 padded the pid (``[node2:8516 :0]``), and the log
+    line after ``# Datatype: MPI_CHAR.`` hid the datatype, so sizes no longer named bytes."""
+    text = ("# OSU MPI Allgather Latency Test v7.2\n"
+            "# Datatype: MPI_CHAR.[1795797471.108142] [node2:8516 :0]      ucp_worker.c:1763 UCX"
+            "  INFO    ep_cfg[0]: tag(tcp/fab0) rma_am(tcp/fab0) am(tcp/fab0)\n"
+            "[1795797471.108974] [node2:8516 :0]      ucp_worker.c:1763 UCX  INFO    ep_cfg[1]: "
+            "tag(self/memory0 tcp/fab0) rma(self/memory0) am(self/memory0 tcp/fab0)\n"
+            "\n"
+            "# Size       Avg Latency(us)\n"
+            "1                      20.55\n"
+            "131072                 93.34\n")
+    r = parse_osu(text)
+    assert r.datatype == "MPI_CHAR" and r.sizes == [1, 131072] and r.value(131072) == 93.34
+
+
 def test_slurm_chatter_around_the_table(golden):
     r = parse_osu(_text(golden, "minicluster-2nodes-4ranks-openmpi-tcp-osu_allreduce.txt"))
     assert r.sizes == powers_of_two(1, 4194304)

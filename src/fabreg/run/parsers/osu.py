@@ -9,18 +9,17 @@ Lines that are not part of the table (MPI/UCX/Slurm chatter) are ignored.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from fabreg.run.failure_line import first_line
+from fabreg.run.parsers.transport_log import UCX_LOG_START
 
 _TITLE = re.compile(r"^# OSU MPI(?:-\w+)? (?P<title>.+?) Test v(?P<version>\S+)\s*$")
 _DATATYPE = re.compile(r"^# Datatype: (?P<dtype>\S+?)\.?\s*$")
 _COLUMNS = re.compile(r"^# Size\s+(?P<rest>.+)$")
 _ROW = re.compile(r"^(?P<size>\d+)\s+(?P<rest>[-+0-9.eE]+(?:\s+\S+)*)\s*$")
 _COLUMN_SPLIT = re.compile(r"\s{2,}")
-#: A UCX log line (``[<time>] [<host>:<pid>:<thread>] ...``) that another rank wrote into the
-#: middle of one of OSU's lines: it runs to the end of that line (seen on 4 MPICH ranks).
-_SPLICED_UCX_LOG = re.compile(r"\[\d+\.\d+\] +\[[^\]\s]+:\d+:\d+\].*$")
 
 # Titles as OSU 7.x prints them, keyed by binary name.
 TITLES: dict[str, str] = {
@@ -93,13 +92,35 @@ def _row_values(columns: list[str], rest: str) -> dict[str, float | str] | None:
     return out
 
 
+def benchmark_lines(text: str) -> Iterator[str]:
+    """The lines of ``text`` as the benchmark wrote them.
+
+    An MPI launcher forwards each rank's stdout in chunks of its own, so another rank's UCX
+    log line (``UCX_LOG_LEVEL=info``, which transport verification reads) can land in the
+    middle of one of OSU's lines; the rest of that line follows the log lines. Seen on MPICH
+    ranks over UCX: after the header's ``Avg Latency(us)        Validation`` (the rest empty),
+    and inside it, before ``Validation`` (every row then had a column too many: the table
+    was lost). Each such line is joined to its rest; whole log lines stay as they are.
+    """
+    held = ""  # the start of a line a log line interrupted
+    for raw in text.splitlines():
+        if UCX_LOG_START.match(raw):
+            yield raw.rstrip()
+            continue
+        line = held + raw
+        held = ""
+        if m := UCX_LOG_START.search(line):
+            held = line[:m.start()]
+            continue
+        yield line.rstrip()
+    if held:
+        yield held.rstrip()
+
+
 def parse_osu(text: str) -> OsuResult:
     """Read the first OSU table in ``text``; unknown lines are kept in ``preamble``."""
     result = OsuResult()
-    for raw in text.splitlines():
-        line = raw.rstrip()
-        if not line.startswith("["):  # a whole log line stays as it is, for the preamble
-            line = _SPLICED_UCX_LOG.sub("", line).rstrip()
+    for line in benchmark_lines(text):
         if m := _TITLE.match(line):
             if result.title is None:
                 result.title, result.version = m["title"], m["version"]

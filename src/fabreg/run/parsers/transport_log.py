@@ -43,7 +43,9 @@ _OB1_BTL = re.compile(r"mca: bml: Using (?P<btl>\w+) btl for send to \S+")
 # "[1795239094.617139] [vm:11271:0]  ucp_worker.c..." (UCX) and "[vm:11289] mca: bml: ..." (ob1)
 # (UCX pads the pid: "[node1:3025 :0]")
 # (the last field is UCX's thread index, a letter past 9: "[host1:42:a]")
-_UCX_HOST = re.compile(r"^\[[\d.]+\]\s+\[(?P<host>[^:\]\s]+):\s*\d+\s*:\s*\w+\s*\]")
+#: The start of a UCX log line: ``[<time>] [<host>:<pid>:<thread>]``, the pid padded with
+#: spaces by some UCX versions (``[node2:8516 :0]``), the thread a number or a letter.
+UCX_LOG_START = re.compile(r"\[[\d.]+\]\s+\[(?P<host>[^:\]\s]+):\s*\d+\s*:\s*\w+\s*\]")
 _OB1_HOST = re.compile(r"^\[(?P<host>[^:\]\s]+):\d+\] mca: bml: Using (?!self btl)")
 _MV2_HEADER = re.compile(r"^\s*MVAPICH2-(?P<version>\S+) Parameters\s*$")
 _MV2_BLOCK = re.compile(r"^\s*MVAPICH2 (?:All|GDR) Parameters\s*$")
@@ -105,7 +107,7 @@ def evidence_hosts(text: str) -> list[str]:
     for line in text.splitlines():
         m = _OB1_HOST.match(line)
         if not m and _peer_groups(line) is not None:
-            m = _UCX_HOST.match(line)
+            m = UCX_LOG_START.match(line)
         if m:
             seen.setdefault(m["host"], None)
     return list(seen)
