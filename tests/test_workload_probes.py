@@ -102,6 +102,20 @@ def test_block_ignores_launcher_chatter():
     assert result.quiet.p99_over_p50 == 3.0 and result.loaded is None
 
 
+def test_a_ucx_log_line_inside_a_row_leaves_the_row_whole():
+    """Another rank's UCX log line forwarded into the middle of the quiet row (as MPICH's
+    launcher did to OSU's header on the emulated cluster): the row is read as written."""
+    text = ("# fabreg_tail_latency v2 op=allreduce size=8 iterations=10 blocks=2 ranks=2 "
+            "measured_ranks=2 background_pairs=0 background_size=1\n"
+            "# phase p50_us p90_us p99_us max_us mean_us min_us p99_over_p50\n"
+            "quiet 1.0 2.0 3.0[1795797471.108142] [node2:8516 :0]      ucp_worker.c:1763 UCX  "
+            "INFO    ep_cfg[0]: tag(tcp/fab0)\n"
+            " 4.0 2.0 0.5 3.0\n"
+            "# end fabreg_tail_latency status=ok background_rounds=0\n")
+    result = parse_tail_latency(text)
+    assert result.quiet.p99_us == 3.0 and result.quiet.max_us == 4.0
+
+
 def test_tail_latency_missing_loaded_row_is_an_error():
     text = ("# fabreg_tail_latency v2 op=allreduce size=8 iterations=10 blocks=2 ranks=4 "
             "measured_ranks=2 background_pairs=1 background_size=1\n"

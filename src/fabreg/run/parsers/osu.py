@@ -9,11 +9,10 @@ Lines that are not part of the table (MPI/UCX/Slurm chatter) are ignored.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from fabreg.run.failure_line import first_line
-from fabreg.run.parsers.transport_log import UCX_LOG_START
+from fabreg.run.parsers.transport_log import benchmark_lines
 
 _TITLE = re.compile(r"^# OSU MPI(?:-\w+)? (?P<title>.+?) Test v(?P<version>\S+)\s*$")
 _DATATYPE = re.compile(r"^# Datatype: (?P<dtype>\S+?)\.?\s*$")
@@ -90,31 +89,6 @@ def _row_values(columns: list[str], rest: str) -> dict[str, float | str] | None:
         except ValueError:
             return None
     return out
-
-
-def benchmark_lines(text: str) -> Iterator[str]:
-    """The lines of ``text`` as the benchmark wrote them.
-
-    An MPI launcher forwards each rank's stdout in chunks of its own, so another rank's UCX
-    log line (``UCX_LOG_LEVEL=info``, which transport verification reads) can land in the
-    middle of one of OSU's lines; the rest of that line follows the log lines. Seen on MPICH
-    ranks over UCX: after the header's ``Avg Latency(us)        Validation`` (the rest empty),
-    and inside it, before ``Validation`` (every row then had a column too many: the table
-    was lost). Each such line is joined to its rest; whole log lines stay as they are.
-    """
-    held = ""  # the start of a line a log line interrupted
-    for raw in text.splitlines():
-        if UCX_LOG_START.match(raw):
-            yield raw.rstrip()
-            continue
-        line = held + raw
-        held = ""
-        if m := UCX_LOG_START.search(line):
-            held = line[:m.start()]
-            continue
-        yield line.rstrip()
-    if held:
-        yield held.rstrip()
 
 
 def parse_osu(text: str) -> OsuResult:

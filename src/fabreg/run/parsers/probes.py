@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from fabreg.errors import FabregError
+from fabreg.run.parsers.transport_log import benchmark_lines
 
 _KV = re.compile(r"(\w+)=(\S+)")
 
@@ -59,7 +60,7 @@ def parse_block(text: str, probe: str) -> ProbeBlock:
     start = re.compile(rf"^# {re.escape(name)} v\d+\b(?P<rest>.*)$")
     end = re.compile(rf"^# end {re.escape(name)}\b(?P<rest>.*)$")
     block: ProbeBlock | None = None
-    for raw in text.splitlines():
+    for raw in benchmark_lines(text):
         line = raw.strip()
         if block is None:
             if m := start.match(line):

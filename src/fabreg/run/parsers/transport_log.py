@@ -29,6 +29,7 @@ OpenMPI's verbose output to stderr); the parsers pick out only their lines.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from fabreg.run.failure_line import first_line
@@ -41,10 +42,8 @@ _UCX_EP_CONFIG = re.compile(
 _UCX_GROUP = re.compile(r"(?P<op>[a-z_]+)\((?P<lanes>[^)]*)\)")
 _OB1_BTL = re.compile(r"mca: bml: Using (?P<btl>\w+) btl for send to \S+")
 # "[1795239094.617139] [vm:11271:0]  ucp_worker.c..." (UCX) and "[vm:11289] mca: bml: ..." (ob1)
-# (UCX pads the pid: "[node1:3025 :0]")
-# (the last field is UCX's thread index, a letter past 9: "[host1:42:a]")
 #: The start of a UCX log line: ``[<time>] [<host>:<pid>:<thread>]``, the pid padded with
-#: spaces by some UCX versions (``[node2:8516 :0]``), the thread a number or a letter.
+#: spaces by UCX (``[node1:3025 :0]``), the thread a number or a letter past 9 (``[host1:42:a]``).
 UCX_LOG_START = re.compile(r"\[[\d.]+\]\s+\[(?P<host>[^:\]\s]+):\s*\d+\s*:\s*\w+\s*\]")
 _OB1_HOST = re.compile(r"^\[(?P<host>[^:\]\s]+):\d+\] mca: bml: Using (?!self btl)")
 _MV2_HEADER = re.compile(r"^\s*MVAPICH2-(?P<version>\S+) Parameters\s*$")
@@ -54,6 +53,32 @@ _MV2_RULE = re.compile(r"^-{20,}\s*$")
 # (the label keeps its colon), MVAPICH2-X's " - MV2_USE_CMA_COLL_BCAST : 0" sub-items.
 _MV2_FIELD = re.compile(
     r"^\s+(?:-\s+)?(?P<name>[A-Za-z0-9_][A-Za-z0-9_ ]*?):?\s+:\s*(?P<value>.*?)\s*$")
+
+
+def benchmark_lines(text: str) -> Iterator[str]:
+    """The lines of ``text`` as the benchmark wrote them.
+
+    An MPI launcher forwards each rank's stdout in chunks of its own, so another rank's UCX
+    log line (``UCX_LOG_LEVEL=info``) can land in the
+    middle of one of the benchmark's lines; the rest of that line follows the log lines.
+    Seen on MPICH ranks over UCX: after OSU's header (the rest empty), inside it before
+    ``Validation`` (every row then had a column too many: the table was lost), after
+    ``# Datatype: MPI_CHAR.`` (the datatype lost). Each such line is joined to its rest;
+    whole log lines stay as they are (transport verification reads them).
+    """
+    held = ""  # the start of a line a log line interrupted
+    for raw in text.splitlines():
+        if UCX_LOG_START.match(raw):
+            yield raw.rstrip()
+            continue
+        line = held + raw
+        held = ""
+        if m := UCX_LOG_START.search(line):
+            held = line[:m.start()]
+            continue
+        yield line.rstrip()
+    if held:
+        yield held.rstrip()
 
 
 @dataclass(frozen=True)
