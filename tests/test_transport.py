@@ -251,6 +251,16 @@ def test_failed_run_has_no_evidence(golden):
     assert v.problem.startswith("no evidence of the transport used: UCX endpoint lanes")
 
 
+def test_a_peer_line_forwarded_into_another_line_still_names_its_host():
+    """MPICH's launcher put node2's only peer line after OSU's ``# Datatype:`` line (a
+    healthy 4-node run): node2 still counts as a host that sent over the transport."""
+    text = ("[1795797471.108022] [node1:8515 :0]      ucp_worker.c:1763 UCX  INFO    ep_cfg[1]: "
+            "tag(tcp/fab0) rma_am(tcp/fab0) am(tcp/fab0)\n"
+            "# Datatype: MPI_CHAR.[1795797471.108142] [node2:8516 :0]      ucp_worker.c:1763 UCX"
+            "  INFO    ep_cfg[0]: tag(tcp/fab0) rma_am(tcp/fab0) am(tcp/fab0)\n")
+    assert evidence_hosts(text) == ["node1", "node2"]
+
+
 def test_shared_nodes_allow_shm_next_to_the_inter_node_transport(golden):
     both = (_golden(golden, "openmpi-ucx-tcp-loginfo-osu_latency.txt")
             + _golden(golden, "openmpi-ucx-shm-loginfo-osu_latency.txt"))

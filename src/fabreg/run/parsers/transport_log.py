@@ -132,7 +132,7 @@ def evidence_hosts(text: str) -> list[str]:
     for line in text.splitlines():
         m = _OB1_HOST.match(line)
         if not m and _peer_groups(line) is not None:
-            m = UCX_LOG_START.match(line)
+            m = UCX_LOG_START.search(line)  # also where it was forwarded into another line
         if m:
             seen.setdefault(m["host"], None)
     return list(seen)
