@@ -68,6 +68,17 @@ def test_a_calibration_started_at_an_earlier_jobs_step_finds_the_same(ratios, ta
             or te.within(result.ratio, target)
 
 
+@pytest.mark.parametrize("steps,chosen,known", [
+    ([(4, 25.8), (1, 20.6), (0, 5.1)], 0, True),   # seen: 4 MPICH nodes, high tail
+    ([(4, 25.8), (1, 20.6), (0, 3.7)], 0, False),  # within the 3x target's 25 %
+    ([(4, 25.8), (1, 2.7)], 1, False),             # a step within: the environment is made
+    ([(4, 1.2), (6, 1.9), (8, 2.1)], 8, False),    # below the target: not the gentlest's case
+])
+def test_an_environment_is_known_out_of_reach_when_the_gentlest_background_exceeds_it(
+        steps, chosen, known):
+    assert te.beyond_gentlest(te.Calibration(steps, chosen), 3.0) is known
+
+
 def test_a_noted_step_is_read_back_and_a_bad_note_is_no_note(tmp_path):
     note = tmp_path / ".fabreg-tail-steps-x" / "low_tail-tcp-4n"
     assert te.noted_step(str(note)) is None and te.noted_step("") is None
@@ -328,6 +339,18 @@ def test_high_tail_environment_is_calibrated_on_the_real_probe(openmpi_probe, tm
         return
     assert 1 <= len(steps) <= most_steps
     assert [s["step"] for s in steps][0] == 6 == result["calibration_started_at"]
+    if result["gentlest_exceeds"]:
+        # Even the gentlest background raised the tail past the target's reach: the step
+        # that showed it is the one run, and the environment is inconclusive.
+        assert steps[-1]["step"] == 0 and steps[-1]["ratio"] > 3.0 * (1 + te.TOLERANCE)
+        assert result["runs"] == ["tail_calibrate0.out"]
+        assert len(result["launches"]) == len(steps), result["launches"]
+        assert te.noted_step(str(note)) == 0
+        judged = te.judge(result, [te.parse_tail_latency((tmp_path / "tail_calibrate0.out")
+                                                         .read_text())])
+        assert judged.verdict == "inconclusive", judged
+        assert "the gentlest background already exceeds it" in judged.why
+        return
     nearest = min(steps, key=lambda s: abs(math.log(s["ratio"] / 3.0)))
     assert te.noted_step(str(note)) == nearest["step"]
     chosen = te.LADDER[nearest["step"]]
