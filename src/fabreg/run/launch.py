@@ -136,11 +136,11 @@ def run_once(command: list[str], options: list[str], output: Path, complete: Com
     """Run ``command + options`` once; end it ``grace_s`` after its output is complete
     (and leave ``hang_note`` if it had to be ended so).
 
-    Its stderr goes to ``errors`` where given, else into ``output`` as the launch wrote it.
-    Apart, a table is only the benchmark's: an MPI launcher forwards the ranks' streams in
-    chunks of its own, and a log line of another rank once landed inside a table row (UCX's
-    endpoint configuration at ``UCX_LOG_LEVEL=info``, in 1 of ~200 short runs), which lost
-    the row.
+    Its stderr goes to ``errors`` where given, else into ``output`` as the launch wrote it:
+    apart, the MPI's own logs on stderr (Open MPI's BTL selection, abort lines) stay out of
+    the table. UCX writes its log lines to stdout, so those still reach ``output``; the
+    parsers take them out of any line they land in
+    (``fabreg.run.parsers.transport_log.benchmark_lines``).
     """
     start, started = time.monotonic(), time.time()
     with open(errors, "wb") if errors else contextlib.nullcontext() as stderr:

@@ -68,7 +68,7 @@ from fabreg.run.parsers.osu import parse_osu
 
 RESULT = "measure.json"
 PLAN = "measure-plan.json"
-#: The validation run's table, and its stderr (MPI and UCX logs) apart from it.
+#: The validation run's table (UCX's log lines, on stdout, among it), and its stderr apart.
 VALIDATION_OUT = "measure-validation.out"
 VALIDATION_ERR = "measure-validation.err"
 _ROW = re.compile(rb"^\s*(\d+)\s+[-+0-9.]")
