@@ -18,6 +18,12 @@ class DeviceBuffers(rfm.RegressionTestPlugin):
 
     buffer = parameter(["cuda"])
 
+    @run_after("init")
+    def buffer_locations(self) -> None:
+        """Both ranks' buffers on the device: OSU's ``D D``, which it reads after all options."""
+        if self.benchmark in PT2PT:
+            self.operands = ["D", "D"]
+
     @run_after("setup")
     def device_buffers(self) -> None:
         reason = gpu.device_buffer_problem(self.buffer, self.mpi)
@@ -25,8 +31,7 @@ class DeviceBuffers(rfm.RegressionTestPlugin):
         self.skip_if(self.provider == providers.PROBES,
                      "fabreg's probes use host memory only; give the environment an "
                      "osu_prefix with OSU built against CUDA")
-        device = ["-d", self.buffer] + (["D", "D"] if self.benchmark in PT2PT else [])
-        self.executable_opts = [*device, *self.executable_opts]
+        self.executable_opts = ["-d", self.buffer, *self.executable_opts]
 
     def reference_key(self, metric: str, size: int) -> dict[str, object]:
         key = super().reference_key(metric, size)

@@ -8,6 +8,12 @@
 #           when that is set, else Debian's names on PATH (mpicc.openmpi, mpicc.mpich)
 #   PREFIX  where it is installed; point the suite at it with FABREG_OSU_PREFIX_<MPI>=PREFIX
 #
+# FABREG_OSU_CUDA=DIR builds OSU's device buffers (--enable-cuda=basic) against the CUDA
+# headers and libcudart under DIR (include/, lib/); FABREG_OSU_LDFLAGS adds linker flags
+# (where libcuda.so is). ci/build-gpu-stack.sh sets both. "basic" needs no nvcc: OSU's own
+# CUDA kernels serve only the non-blocking collectives' compute and managed memory, which
+# the suite's checks do not run.
+#
 # One build directory per MPI (PREFIX.build): a source tree configured twice for two MPIs
 # installs binaries linked against the wrong one (docs/osu.md). Idempotent: a PREFIX that
 # already holds this build (same tree, same MPI wrapper) is kept.
@@ -40,7 +46,14 @@ if [ -n "${!var:-}" ]; then cc="${!var}/bin/mpicc"; else cc=$(command -v "$debia
 mkdir -p "$(dirname "$prefix")"
 prefix=$(cd "$(dirname "$prefix")" && pwd)/$(basename "$prefix")
 stamp="$prefix/.fabreg-build"
-want="osu $version mpi=$mpi cc=$cc src=$src"
+cuda_flags=()
+if [ -n "${FABREG_OSU_CUDA:-}" ]; then
+  [ -f "$FABREG_OSU_CUDA/include/cuda_runtime.h" ] \
+    || die "FABREG_OSU_CUDA '$FABREG_OSU_CUDA' has no include/cuda_runtime.h"
+  cuda_flags=(--enable-cuda=basic "--with-cuda-include=$FABREG_OSU_CUDA/include"
+              "--with-cuda-libpath=$FABREG_OSU_CUDA/lib")
+fi
+want="osu $version mpi=$mpi cc=$cc src=$src cuda=${FABREG_OSU_CUDA:-no}"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "build-osu: $prefix already holds $want"
   exit 0
@@ -49,7 +62,8 @@ build="$prefix.build"
 rm -rf "$build"
 mkdir -p "$build"
 echo "build-osu: OSU Micro-Benchmarks $version with $cc into $prefix"
-(cd "$build" && "$src/configure" CC="$cc" CXX="$cc" --prefix="$prefix") \
+(cd "$build" && "$src/configure" CC="$cc" CXX="$cc" --prefix="$prefix" "${cuda_flags[@]}" \
+    LDFLAGS="${FABREG_OSU_LDFLAGS:-}") \
   > "$build/configure.log" 2>&1 || die "configure failed: see $build/configure.log"
 make -C "$build" -j "$(nproc 2>/dev/null || echo 2)" > "$build/make.log" 2>&1 \
   || die "make failed: see $build/make.log"

@@ -477,3 +477,24 @@ def test_the_validation_runs_table_is_the_benchmarks_alone(osu_latency, tmp_path
     assert "a log line" not in (tmp_path / measure.VALIDATION_OUT).read_text()
     assert "a log line" in (tmp_path / measure.VALIDATION_ERR).read_text()
     assert "a log line" in (tmp_path / "measure-0.out").read_text()  # measured: as written
+
+
+def test_a_device_runs_buffer_locations_come_after_every_option(tmp_path):
+    """OSU reads its options up to its first operand: on an H100, ``osu_latency -d cuda D D
+    -m 1:1024 ...`` stopped at ``D`` and both ranks exited with OSU's usage before any table.
+    Every run of the job, the short ones too, puts the buffer locations last."""
+    table = REPO / "tests" / "data" / "real" / "gpu" / \
+        "fabreg-h100-osu5.9-latency-cuda-DD-pml-ucx-lanes.txt"
+    # OSU's argument rule: the table only where `D D` ends the arguments, else its usage
+    osu_like = 'case "$*" in *" D D") cat "$0";; *) echo "bad usage: $*" >&2; exit 1;; esac'
+    result = measure.measure(plan(["sh", "-c", osu_like, str(table)],
+                                  full_options=["-d", "cuda", "-m", "1:1024"],
+                                  repeat_options=["-d", "cuda", "-m", "{low}:{high}"],
+                                  full_sizes=[0] + [1 << k for k in range(23)],
+                                  operands=["D", "D"], validate=True, repeats=2,
+                                  iteration_kind="latency", curve_s=60), tmp_path)
+    assert result["validation"]["returncode"] == 0, result["validation"]
+    assert result["pilot"]["returncode"] == 0, result["pilot"]
+    assert result["launches"] and all(x["options"][-2:] == ["D", "D"]
+                                      for x in result["launches"]), result["launches"]
+    assert result["best"] == {"8": 155.29, "1024": 156.11}

@@ -279,7 +279,8 @@ def ucx_info_cuda_build() -> None:
     assert gpu_support.ucx_cuda_transports(text) == ["cuda_copy", "cuda_ipc", "gdr_copy"]
     ucx = {k: tuple(v) for k, v in found.items()}
     # gdr_copy is listed, so device buffers get it too (UCX's "cuda" alias names all three).
-    assert t.ucx_tls("tcp", ucx=ucx, buffer="cuda") == "tcp,cuda_copy,cuda_ipc,gdr_copy,self"
+    # (cuda_ipc only beside shared memory: see gpu_h100_perftest_tcp)
+    assert t.ucx_tls("tcp", ucx=ucx, buffer="cuda") == "tcp,cuda_copy,gdr_copy,self"
     assert t.ucx_tls("tcp", ucx=ucx) == "tcp,self"
 
 
@@ -295,7 +296,7 @@ def ucx_log_faq_cuda() -> None:
                                       "cuda_ipc": ("cuda",)})
     spec = t.launch_spec("openmpi", "ucx_rc", nodes=2, inventory=inv, buffer="cuda",
                          net=t.NetConfig(rdma_devices=("mlx5_0:1",)))
-    assert dict(spec.env)["UCX_TLS"] == "rc_x,cuda_copy,cuda_ipc,self"
+    assert dict(spec.env)["UCX_TLS"] == "rc_x,cuda_copy,self"  # one rank a node: no cuda_ipc
     v = t.verify(spec, text)
     assert (v.ok, v.used, v.evidence) == (True, "ucx_rc", ("UCX tag lanes: rc_mlx5/mlx5_0:1",))
     assert not t.verify(t.launch_spec("openmpi", "tcp", nodes=2), text).ok
@@ -458,6 +459,80 @@ def gpu_ompi_without_cuda() -> None:
     assert gpu_support.ompi_cuda_support(text) is False
 
 
+# --- The GPU checks' own run on an NVIDIA H100 (ci/run-gpu-checks.sh) -----------------------
+
+_H100 = "gpu/fabreg-h100-"
+
+
+def gpu_h100_ucx_info() -> None:
+    text = _text(_H100 + "ucx1.22-cu13-ucx_info-d.txt")
+    assert inventory.ucx_transports(text) == {
+        "self": ["memory"], "tcp": ["eth0", "lo"], "sysv": ["memory"], "posix": ["memory"],
+        "cuda_copy": ["cuda"], "cuda_ipc": ["cuda"], "cma": ["memory"]}
+    assert gpu_support.ucx_cuda_transports(text) == ["cuda_copy", "cuda_ipc"]
+
+
+def gpu_h100_ompi_with_cuda() -> None:
+    assert gpu_support.ompi_cuda_support(_text(_H100 + "ompi4.1.4-ompi_info-cuda-true.txt"))
+
+
+def gpu_h100_latency_dd_ucx() -> None:
+    name = _H100 + "osu5.9-latency-cuda-DD-pml-ucx-lanes.txt"
+    _osu(name, "osu_latency", "Latency", "5.9", None, ["Latency (us)"], 1, 4194304,
+         {0: 0.43, 8: 155.29, 1024: 156.11, 4194304: 152.47})
+    text = _text(name)
+    # Two ranks on one GPU: device to device through cuda_ipc, UCX 1.22's lane lines.
+    assert [str(lane) for lane in ucx_lanes(text)] == ["sysv/memory", "cma/memory",
+                                                        "cuda_ipc/cuda"]
+    assert evidence_hosts(text) == ["vm"]
+    spec = t.launch_spec("mpich", "shm", nodes=1, ranks_per_node=2, buffer="cuda")
+    assert dict(spec.env)["UCX_TLS"] == "sm,cuda_copy,cuda_ipc,self"
+    v = t.verify(spec, text)
+    assert (v.ok, v.used) == (True, "shm"), v
+
+
+def gpu_h100_bw_dd_smcuda() -> None:
+    name = _H100 + "osu5.9-bw-cuda-DD-ob1-smcuda-verbose.txt"
+    _osu(name, "osu_bw", "Bandwidth", "5.9", None, ["Bandwidth (MB/s)"], 1, 4194304,
+         {1: 0.08, 1048576: 84667.65, 4194304: 333350.27})
+    text = _text(name)
+    # cuMemHostRegister failed on the VM (Open MPI's help text, between header and rows), and
+    # the run went on: the help text is not a row.
+    assert "cuMemHostRegister return value:  1" in text
+    assert ob1_btls(text) == ["smcuda", "self"]
+    spec = t.launch_spec("openmpi", "shm", nodes=1, ranks_per_node=2, buffer="cuda")
+    assert dict(spec.mca)["btl"] == "smcuda,self"
+    v = t.verify(spec, text)
+    assert (v.ok, v.used, v.evidence) == (True, "shm", ("ob1 BTLs: smcuda, self",))
+
+
+def gpu_h100_bw_hd() -> None:
+    _osu(_H100 + "osu5.9-bw-cuda-HD-pml-ucx.txt", "osu_bw", "Bandwidth", "5.9", None,
+         ["Bandwidth (MB/s)"], 1, 4194304, {1: 0.13, 1048576: 14573.85, 4194304: 13131.08})
+
+
+def gpu_h100_allreduce() -> None:
+    # 5.9's reductions run on floats and print no datatype line: the table starts at 4 B.
+    name = _H100 + "osu5.9-allreduce-cuda-pml-ucx.txt"
+    _osu(name, "osu_allreduce", "Allreduce Latency", "5.9", None, ["Avg Latency(us)"], 4,
+         1048576, {4: 210.2, 1024: 182.53})
+    assert osu.expected_sizes(osu.parse_osu(_text(name)), "osu_allreduce", 1, 1048576) == \
+        osu.powers_of_two(4, 1048576)
+
+
+def gpu_h100_perftest_tcp() -> None:
+    text = _text(_H100 + "ucx_perftest-tag_bw-cuda-tcp-lanes.txt")
+    r = ucx_perftest.parse_ucx_perftest(text)
+    assert (r.kind, r.iterations, r.bandwidth_average_mbs) == ("overhead", 100, 3126.05)
+    # Asked tcp without cuda_ipc, device memory crossed tcp, staged by cuda_copy (a copy within
+    # the process, no evidence). With cuda_ipc in UCX_TLS the tag lane had been
+    # "tcp/lo tcp/eth0 cuda_ipc/cuda" and the data never crossed tcp.
+    lanes = ucx_lanes(text)
+    assert [str(lane) for lane in lanes] == ["tcp/lo", "tcp/eth0"]
+    assert {t.ucx_class(lane.transport) for lane in lanes} == {"tcp"}  # as the check reads it
+    assert t.ucx_tls("tcp", buffer="cuda") == "tcp,cuda_copy,self"
+
+
 EXPECTATIONS: dict[str, Callable[[], None]] = {
     "osu/archer2-osu7.5-allreduce-mpi_int.txt": osu_archer2_75,
     "osu/archer2-osu5.7-allreduce.txt": osu_archer2_57,
@@ -491,6 +566,13 @@ EXPECTATIONS: dict[str, Callable[[], None]] = {
     "gpu/ompi12048-ompi_info-cuda-false.txt": gpu_ompi_without_cuda,
     "gpu/ucx9338-ucx_perftest-h-cuda-loaded.txt": gpu_perftest_help_cuda,
     "gpu/ucx9338-ucx_perftest-h-cuda-not-loaded.txt": gpu_perftest_help_host_only,
+    _H100 + "ucx1.22-cu13-ucx_info-d.txt": gpu_h100_ucx_info,
+    _H100 + "ompi4.1.4-ompi_info-cuda-true.txt": gpu_h100_ompi_with_cuda,
+    _H100 + "osu5.9-latency-cuda-DD-pml-ucx-lanes.txt": gpu_h100_latency_dd_ucx,
+    _H100 + "osu5.9-bw-cuda-DD-ob1-smcuda-verbose.txt": gpu_h100_bw_dd_smcuda,
+    _H100 + "osu5.9-bw-cuda-HD-pml-ucx.txt": gpu_h100_bw_hd,
+    _H100 + "osu5.9-allreduce-cuda-pml-ucx.txt": gpu_h100_allreduce,
+    _H100 + "ucx_perftest-tag_bw-cuda-tcp-lanes.txt": gpu_h100_perftest_tcp,
     "ucx_info/ucx9908-ucx1.16-cuda-gdrcopy-ucx_info-d-first-part.txt": ucx_info_cuda_build,
     "ucx_perftest/ucx4587-old-table-final-only-tag_lat-rocm.txt":
         ucx_perftest_old_table_final_only,

@@ -527,9 +527,12 @@ def test_device_buffers_add_what_each_mpi_needs():
     # UCX FAQ: with UCX_TLS set, GPU memory is recognised only when the cuda transports are named.
     with_gdr = {"rc_mlx5": ("mlx5_0:1",), "cuda_copy": ("cuda",), "cuda_ipc": ("cuda",),
                 "gdr_copy": ("gdr_copy",)}
-    assert t.ucx_tls("ucx_rc", ucx=with_gdr, buffer="cuda") == \
-        "rc_x,cuda_copy,cuda_ipc,gdr_copy,self"
+    assert t.ucx_tls("ucx_rc", ucx=with_gdr, buffer="cuda") == "rc_x,cuda_copy,gdr_copy,self"
     assert t.ucx_tls("tcp", with_shm=True, buffer="cuda") == "tcp,sm,cuda_copy,cuda_ipc,self"
+    # Two ucx_perftest processes on one H100 host, asked tcp with cuda_ipc allowed: UCX put
+    # cuda_ipc beside tcp on the tag lane ("tag(tcp/lo tcp/eth0 cuda_ipc/cuda)"), and the
+    # device data never crossed tcp. Without shared memory asked for, no cuda_ipc.
+    assert t.ucx_tls("tcp", buffer="cuda") == "tcp,cuda_copy,self"
     assert t.ucx_tls("shm", buffer="host") == "sm,self"
     mpich = t.launch_spec("mpich", "shm", nodes=1, ranks_per_node=2, buffer="cuda")
     assert dict(mpich.env)["UCX_TLS"] == "sm,cuda_copy,cuda_ipc,self"

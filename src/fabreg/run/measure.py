@@ -110,6 +110,8 @@ class Plan(JsonPlan, ConfirmationPlan):
     curve_s: float = 0.0
     #: Check the data of every size in a short validation run (OSU's ``-c``) first.
     validate: bool = False
+    #: Arguments after every option of every run (OSU's buffer locations, ``D D``).
+    operands: list[str] = field(default_factory=list)
 
     @classmethod
     def decoded(cls, data: dict[str, Any]) -> dict[str, Any]:
@@ -145,6 +147,11 @@ def short_options(plan: Plan) -> list[str]:
     return [*plan.full_options, "-i", str(PILOT_ITERATIONS), "-x", str(PILOT_WARMUP)]
 
 
+def last_operands(plan: Plan, options: list[str]) -> list[str]:
+    """A run's arguments: OSU reads options only up to its first operand (``D D``)."""
+    return [*options, *plan.operands]
+
+
 def _short_run(done: Launch) -> dict[str, Any]:
     """What ``measure.json`` says of a short run (the validation run, the pilot)."""
     return {"seconds": round(done.seconds, 3), "returncode": done.returncode,
@@ -157,7 +164,8 @@ def validation(plan: Plan, workdir: Path, env: dict[str, str], launched: list[La
     not validate. The check's sanity reads the table (``VALIDATION_OUT``)."""
     if not plan.validate:
         return None
-    done = run_once(plan.command, [*short_options(plan), "-c"], workdir / VALIDATION_OUT,
+    done = run_once(plan.command, last_operands(plan, [*short_options(plan), "-c"]),
+                    workdir / VALIDATION_OUT,
                     table_complete(plan.full_sizes),
                     grace_after(launched, plan.grace_s, plan.hang_note), env,
                     hang_note=plan.hang_note, errors=workdir / VALIDATION_ERR)
@@ -175,7 +183,7 @@ def pilot(plan: Plan, workdir: Path, env: dict[str, str], launched: list[Launch]
     """
     if not (plan.iteration_kind and plan.curve_s > 0):
         return None
-    options = short_options(plan)
+    options = last_operands(plan, short_options(plan))
     out = workdir / "measure-pilot.out"
     printed_at: dict[int, float] = {}
     complete = table_complete(plan.full_sizes)
@@ -215,7 +223,7 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
 
     def launch(options: list[str], sizes: list[int], echo: bool = False) -> dict[str, float]:
         out = workdir / f"measure-{len(launches)}.out"
-        done = run_once(plan.command, options, out, table_complete(sizes),
+        done = run_once(plan.command, last_operands(plan, options), out, table_complete(sizes),
                         grace_after([*short, *launches], plan.grace_s, plan.hang_note), env,
                         echo, plan.hang_note)
         launches.append(done)

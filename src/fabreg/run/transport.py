@@ -89,7 +89,8 @@ _UCX_OLD_NAMES = {"ucx_rc": ("rc",), "ucx_ud": ("ud",), "ucx_dc": ("dc",)}
 #: or through GDRCopy): they carry nothing between ranks, so they are no evidence.
 UCX_LOCAL_COPY = ("self", "cuda_copy", "gdr_copy")
 #: What ``UCX_TLS`` must add for device (CUDA) buffers, or UCX does not recognise them
-#: (UCX FAQ: "must also specify cuda ... for GPU memory support"); ``gdr_copy`` where present.
+#: (UCX FAQ: "must also specify cuda ... for GPU memory support"); ``gdr_copy`` where present,
+#: ``cuda_ipc`` only beside shared memory (``ucx_tls``).
 UCX_CUDA_TLS = ("cuda_copy", "cuda_ipc")
 _UCX_CLASS = {name: t for names_of in (UCX_NAMES, _UCX_OLD_NAMES)
               for t, names in names_of.items() for name in names}
@@ -211,9 +212,11 @@ def ucx_tls(transport: str, *, with_shm: bool = False,
 
     The mlx5-accelerated alias (``rc_x``, ``ud_x``) is used when ``ucx`` (the
     ``ucx_info -d`` inventory) shows the mlx5 transport; else the generic one.
-    For ``buffer="cuda"`` the CUDA transports follow (``cuda_copy,cuda_ipc``, and
-    ``gdr_copy`` when the inventory lists it): without them UCX takes a device
-    pointer for host memory.
+    For ``buffer="cuda"`` the CUDA transports follow (``cuda_copy``, and ``gdr_copy``
+    when the inventory lists it): without them UCX takes a device pointer for host
+    memory. ``cuda_ipc`` (GPU to GPU within a node) only where shared memory is
+    asked for: beside a network transport it would carry the data of two ranks on
+    one node itself, and the transport under test would move none of it.
     """
     if transport not in _UCX_TLS:
         raise FabregError(f"transport {transport!r} is not selected through UCX")
@@ -221,7 +224,9 @@ def ucx_tls(transport: str, *, with_shm: bool = False,
     tls = accelerated if ucx is not None and UCX_NAMES[transport][0] in ucx else generic
     parts = [tls] + (["sm"] if with_shm and transport != "shm" else [])
     if buffer == "cuda":
-        parts += [*UCX_CUDA_TLS, *(["gdr_copy"] if ucx is not None and "gdr_copy" in ucx else [])]
+        shared = transport == "shm" or with_shm
+        parts += [tl for tl in UCX_CUDA_TLS if shared or tl != "cuda_ipc"]
+        parts += ["gdr_copy"] if ucx is not None and "gdr_copy" in ucx else []
     return ",".join([*parts, "self"])
 
 

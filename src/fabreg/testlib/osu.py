@@ -301,6 +301,12 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
     #: :type: ``bool``
     #: :default: ``True``
     validate = variable(bool, value=True, loggable=False)
+    #: Arguments OSU takes after all its options: a device run's buffer locations (``D D``).
+    #: OSU stops reading options at the first of them, so every run puts them last.
+    #:
+    #: :type: ``List[str]``
+    #: :default: ``[]``
+    operands = variable(typ.List[str], value=[], loggable=False)
 
     #: The benchmark binaries of this environment.
     #:
@@ -329,6 +335,8 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
         # One plain run is the sanity run and the measurement: it validates itself.
         validated = self.validate and not self.measure_repeatedly
         self.executable_opts = [*self.curve_options(), *(["-c"] if validated else [])]
+        if not self.measure_repeatedly:
+            self.executable_opts += self.operands
         self.keep_files = ["osu_curve.tsv", *([measure.VALIDATION_OUT, measure.VALIDATION_ERR]
                                               if self.validate and not validated else [])]
 
@@ -440,6 +448,7 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
             warn_limits={size: ref.warning_limit for size, ref in judged.items()},
             budget_s=self.budget_seconds(), grace_s=self.hang_grace, hang_note=self.hang_note(),
             iteration_kind=kind or "", curve_s=self.curve_seconds if costed else 0.0,
+            operands=list(self.operands),
             **self.confirmation_settings())
 
     def variables_at(self, size: int) -> list[str]:
