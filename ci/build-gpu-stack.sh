@@ -9,8 +9,9 @@
 #                              ucx_info and ucx_perftest with its CUDA module
 #              PREFIX/cuda     CUDA runtime headers and libcudart (PyPI nvidia-cuda-runtime,
 #                              nvidia-cuda-crt)
-#              PREFIX/openmpi  Open MPI (Debian's 4.1.4 source, `apt-get source openmpi`)
-#                              built --with-cuda over that UCX
+#              PREFIX/openmpi  Open MPI built --with-cuda over that UCX: from the release tree
+#                              in FABREG_OMPI_SRC (4.1.x, with its configure script), else
+#                              Debian 12's 4.1.4 source (`apt-get source openmpi`)
 #              PREFIX/osu      OSU built --enable-cuda against that Open MPI
 #              PREFIX/env.sh   the variables the suite reads (FABREG_OPENMPI_PREFIX,
 #                              FABREG_OSU_PREFIX_OPENMPI, PATH, LD_LIBRARY_PATH)
@@ -97,21 +98,24 @@ ln -sf libcudart.so.13 "$cuda/lib/libcudart.so"
 
 # --- Open MPI over that UCX, CUDA-aware ---------------------------------------------------
 ompi="$prefix/openmpi"
-ompi_want="openmpi 4.1.4 cuda=$cuda ucx=$ucx"
+src_dir=${FABREG_OMPI_SRC:-$dl/openmpi-4.1.4}
+if [ -n "${FABREG_OMPI_SRC:-}" ] && [ ! -x "$src_dir/configure" ]; then
+  die "FABREG_OMPI_SRC '$src_dir' is not an Open MPI release tree (no configure script)"
+fi
+ompi_want="openmpi src=$src_dir cuda=$cuda ucx=$ucx"
 if [ -f "$ompi/.fabreg-build" ] && [ "$(cat "$ompi/.fabreg-build")" = "$ompi_want" ]; then
   say "$ompi already holds $ompi_want"
 else
-  src_dir="$dl/openmpi-4.1.4"
   if [ ! -x "$src_dir/configure" ]; then
     command -v apt-get >/dev/null || die "apt-get is needed for Open MPI's source (apt-get source openmpi)"
     say "downloading Open MPI's source (apt-get source openmpi; needs a deb-src line)"
     (cd "$dl" && apt-get source -qq --download-only openmpi=4.1.4-3) > "$dl/apt-source.log" 2>&1 \
-      || die "apt-get source openmpi failed (add a deb-src line for bookworm): see $dl/apt-source.log"
+      || die "apt-get source openmpi failed (add a deb-src line for Debian 12, or set FABREG_OMPI_SRC): see $dl/apt-source.log"
     tar -xf "$dl/openmpi_4.1.4.orig.tar.xz" -C "$dl" || die "could not unpack Open MPI's source"
   fi
   build="$prefix/openmpi.build"
   rm -rf "$build" && mkdir -p "$build"
-  say "configuring Open MPI 4.1.4 --with-cuda --with-ucx (log: $build/configure.log)"
+  say "configuring Open MPI from $src_dir --with-cuda --with-ucx (log: $build/configure.log)"
   (cd "$build" && "$src_dir/configure" --prefix="$ompi" --with-cuda="$cuda" --with-ucx="$ucx" \
       --without-verbs --disable-mpi-fortran --disable-oshmem --enable-mca-no-build=btl-uct \
       --disable-man-pages LDFLAGS="-L$link_dir") > "$build/configure.log" 2>&1 \
