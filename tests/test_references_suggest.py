@@ -390,8 +390,9 @@ def test_a_baseline_gets_the_host_controls_of_its_runs_one_value_per_run(tmp_pat
 
 def test_a_control_row_follows_the_controls_usual_noise_not_its_worst_run(tmp_path, capsys):
     """A control row rests on every job's control: the few taken while the VM's vCPUs shared
-    no cache (a 128 KiB handoff at 1.9 GB/s against 6.8) must lie beyond its band, though a
-    fabric row drawn from the same values would follow them (its worst run) and pass them."""
+    no cache (a 128 KiB handoff at 1.9 GB/s against 6.8) must lie beyond its band. A fabric
+    row drawn from the same jobs would follow them (its worst run) and pass them: those jobs
+    are set aside from it, and the user is told how many."""
     db = tmp_path / "fabreg.db"
     checks = tmp_path / "checks"
     (checks / "references").mkdir(parents=True)
@@ -404,13 +405,58 @@ def test_a_control_row_follows_the_controls_usual_noise_not_its_worst_run(tmp_pa
                         {"handoff_bandwidth": handoff, "copy_bandwidth": 45.0})})
     code = main(["references", "calibrate", "--db", str(db), "--system", "local",
                  "--checks", str(checks), "--host-key", "testhost"])
-    assert code == 0, capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert code == 0, err
     table = ReferenceTable.load(checks / "references" / "local" / "testhost.yaml")
     control = table.lookup(benchmark="host_control", metric="handoff_bandwidth")
     assert control.value == pytest.approx(6.9) and control.fail == pytest.approx(0.25)
     assert control.verdict(6.8) == "ok" and control.verdict(1.9) == "fail"
+    assert ("left out 3 value(s) of 3 run(s) measured while the host itself ran slow "
+            "(a host_control figure on their path beyond its failure limit") in out
     fabric = table.lookup(**{**BW1M, "size": 131072})
-    assert fabric.fail == pytest.approx(0.95) and fabric.verdict(1900.0) != "fail"
+    assert fabric.value == pytest.approx(6900.0) and fabric.fail == pytest.approx(0.25)
+    assert fabric.verdict(1900.0) == "fail" and fabric.verdict(6800.0) == "ok"
+
+
+def test_a_calibration_sets_aside_a_value_whose_own_path_ran_slow_and_keeps_the_others(
+        tmp_path, capsys):
+    """Two of eight calibration jobs ran while the host's TCP loopback ran at half its usual
+    rate (a placement of the VM's vCPUs), and their 2-node TCP bandwidth with it: the TCP row
+    rests on the other six and still catches a link at half speed, which the two would have
+    hidden (the band follows the worst run). Each value goes by the figures on its own path:
+    the same jobs' shared-memory values, whose figures read as usual, stay, and so do the
+    values of a run that logged no control."""
+    db = tmp_path / "fabreg.db"
+    checks = tmp_path / "checks"
+    (checks / "references").mkdir(parents=True)
+    tcp = {**BW1M, "transport": "tcp", "nodes": 2}
+    jobs = [(1740.0, 5.9), (1752.0, 6.0), (1731.0, 5.7), (1760.0, 6.2), (1722.0, 5.8),
+            (1748.0, 6.1), (1060.0, 2.9), (1010.0, 3.0)]
+    with Store(db) as store:
+        for i, (bandwidth, loopback) in enumerate(jobs):
+            add_run(store, 1000 + i * 600,
+                    {"bandwidth_1MB": (bandwidth, "MB/s"), "shm_1MB": (9000.0 + i, "MB/s")},
+                    {"bandwidth_1MB": tcp, "shm_1MB": {**BW1M, "mpi": "mpich"}},
+                    test="OsuBandwidth", extra={"host_key": "testhost", "host_control": json.dumps(
+                        {"tcp_loopback": loopback, "copy_bandwidth": 25.0,
+                         "handoff_bandwidth": 4.0, "shared_compute": 3.6})})
+        add_run(store, 9000, {"bandwidth_1MB": (1700.0, "MB/s")}, {"bandwidth_1MB": tcp},
+                test="OsuBandwidth", extra={"host_key": "testhost"})
+    code = main(["references", "calibrate", "--db", str(db), "--system", "local",
+                 "--checks", str(checks), "--host-key", "testhost"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "left out 2 value(s) of 2 run(s) measured while the host itself ran slow" in out
+    assert "cannot catch a link at half speed" not in err
+    table = ReferenceTable.load(checks / "references" / "local" / "testhost.yaml")
+    row = table.lookup(**tcp)
+    assert row.value == pytest.approx(1740.0, rel=0.01) and row.fail == pytest.approx(0.25)
+    assert row.verdict(row.value / 2) == "fail"
+    assert "7 runs" in (checks / "references" / "local" / "testhost.yaml").read_text()
+    shm = table.lookup(**{**BW1M, "mpi": "mpich"})
+    assert shm.value == pytest.approx(9004.0, rel=0.001)  # all 8 jobs' values
+    loopback = table.lookup(benchmark="host_control", metric="tcp_loopback")
+    assert loopback.value == pytest.approx(5.85, rel=0.01)  # every job's control
 
 
 def test_a_baseline_is_drawn_from_runs_of_this_measurement_generation_only(tmp_path, capsys):

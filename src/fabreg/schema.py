@@ -140,6 +140,18 @@ HOST_CONTROL_FIGURES: dict[str, str] = {"round_trip": "us", "copy_bandwidth": "G
                                         "tcp_loopback": "GB/s", "handoff_bandwidth": "GB/s",
                                         "shared_compute": "ms"}
 HOST_CONTROL_BENCHMARK = "host_control"
+#: Host control figures on each transport's software path (``fabreg.run.transport``): they
+#: judge a value carried by it (``fabreg.run.host_control``), and a calibration sets aside a
+#: value whose job read one of them slow (``fabreg.review.suggest``); a value of another
+#: path, or of no transport, goes by all of them.
+FIGURES_ON_PATH: dict[str, tuple[str, ...]] = {
+    "ucx_rc": ("copy_bandwidth",),
+    "ucx_ud": ("copy_bandwidth",),
+    "ucx_dc": ("copy_bandwidth",),
+    "tcp": ("tcp_loopback",),
+    "tcp_ob1": ("tcp_loopback",),
+    "shm": ("copy_bandwidth", "handoff_bandwidth", "shared_compute"),
+}
 
 _LOWER_UNITS = {"us", "usec", "ms", "s", "ns", "%comm"}
 _HIGHER_UNITS = {"MB/s", "GB/s", "Gbit/s", "Mbit/s", "msg/s", "Mmsg/s", "Mpps", "GFLOP/s"}

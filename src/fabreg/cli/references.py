@@ -89,6 +89,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     left_out: list[int] = []
     older: list[int] = []
+    slow_runs: list[int] = []
+    slow_values: list[int] = []
 
     def select(values: list[RunValue]) -> list[RunValue]:
         if args.partition:
@@ -115,7 +117,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
                 f"(other work took more than {CONTENDED_SHARE:.0%} of the host's CPU, or "
                 "judged inconclusive): run the checks again while the host is quiet")
         left_out.append(len(mine) - len(kept))
-        return kept + suggest.host_control_values(kept)
+        controls = suggest.control_rows(kept, args.warn, args.fail, args.min_runs)
+        slow = {id(rv) for rv in suggest.slow_host_values(kept, controls)}
+        slow_runs.append(len({rv.run_key for rv in kept if id(rv) in slow}))
+        slow_values.append(len(slow))
+        return [rv for rv in kept if id(rv) not in slow] + suggest.host_control_values(kept)
 
     code = run_suggest(args, select, host or f"partition {args.partition}")
     if older and older[0]:
@@ -124,6 +130,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if left_out and left_out[0]:
         print(f"left out {left_out[0]} value(s) measured under interference (other work took "
               f"more than {CONTENDED_SHARE:.0%} of the host's CPU, or judged inconclusive)")
+    if slow_values and slow_values[0]:
+        print(f"left out {slow_values[0]} value(s) of {slow_runs[0]} run(s) measured while the "
+              "host itself ran slow (a host_control figure on their path beyond its failure "
+              "limit in this baseline)")
     return code
 
 

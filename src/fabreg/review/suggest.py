@@ -29,6 +29,7 @@ import yaml
 from fabreg.review.store import RunValue
 from fabreg.schema import (
     CONTENDED_SHARE,
+    FIGURES_ON_PATH,
     HOST_CONTROL_BENCHMARK,
     HOST_CONTROL_FIGURES,
     KEY_FIELDS,
@@ -194,6 +195,53 @@ def host_control_values(values: Iterable[RunValue]) -> list[RunValue]:
                 keys = {perfvar: {"benchmark": HOST_CONTROL_BENCHMARK, "metric": name}}
                 out.append(replace(rv, perfvar=perfvar, value=float(value), unit=unit,
                                    attrs={**rv.attrs, "ref_keys": json.dumps(keys)}))
+    return out
+
+
+def control_rows(values: Sequence[RunValue], warn_floor: float, fail_floor: float,
+                 min_runs: int) -> dict[str, Suggestion]:
+    """Figure -> the ``host_control`` row a host baseline drawn from ``values`` gets."""
+    rows, _ = suggest(group_values(host_control_values(values)), warn_floor, fail_floor,
+                      min_runs, baseline=True)
+    return {str(dict(row.key)["metric"]): row for row in rows}
+
+
+def beyond_fail(row: Suggestion, value: float) -> bool:
+    """Does ``value`` lie beyond ``row``'s failure limit?"""
+    sign = 1.0 if row.lower_is_better else -1.0
+    return sign * (value - row.value) / row.value > row.fail
+
+
+def slow_host_values(values: Sequence[RunValue], controls: dict[str, Suggestion]
+                     ) -> list[RunValue]:
+    """The fabric values of ``values`` whose job read a host-control figure on the value's
+    path (``FIGURES_ON_PATH``, by the transport of its reference key) beyond that figure's
+    own failure limit in ``controls``: measured while the host itself ran slow.
+
+    Why a calibration sets them aside: a baseline's band follows its worst healthy run
+    (:func:`baseline_tolerances`), and a job measured while the host was in a slow state
+    (on the 2-core VM, a placement of its vCPUs in which TCP loopback runs at half its usual
+    rate) widens it past the faults it must catch. The control rows are drawn from every
+    job's control by their median deviation, which a minority of slow jobs does not move, so
+    they can tell those jobs apart while they are being calibrated; a nightly value measured
+    so is ``inconclusive`` by the same rows (``fabreg.run.host_control``)."""
+    out = []
+    for rv in values if controls else ():
+        try:
+            keys = json.loads(rv.attrs.get("ref_keys") or "{}")
+            key = dict(key_of(keys.get(rv.perfvar)) or ()) if isinstance(keys, dict) else {}
+        except ValueError:
+            key = {}
+        if key.get("benchmark") == HOST_CONTROL_BENCHMARK:
+            continue
+        figures = FIGURES_ON_PATH.get(str(key.get("transport", "")), tuple(controls))
+        control = _json_object(rv.attrs.get("host_control"))
+        if control.get("contended"):
+            continue
+        if any(name in controls and isinstance(v := control.get(name), (int, float))
+               and not isinstance(v, bool) and beyond_fail(controls[name], float(v))
+               for name in figures):
+            out.append(rv)
     return out
 
 

@@ -67,7 +67,7 @@ from typing import Any
 
 from fabreg.run.confirm import CONTROL_GAP_S, wait_for_quiet
 from fabreg.run.references import Assessment, Reference
-from fabreg.schema import HOST_CONTROL_FIGURES, lower_is_better
+from fabreg.schema import FIGURES_ON_PATH, HOST_CONTROL_FIGURES, lower_is_better
 
 #: Round trips per batch, and batches: short batches, so that some of them fall between
 #: other work's time slices on a busy host.
@@ -89,16 +89,6 @@ HANDOFF_BATCHES = 7
 #: The shared compute: COMPUTE_STEPS steps of the loop a batch (4 ms on this VM).
 COMPUTE_STEPS = 100_000
 COMPUTE_BATCHES = 5
-#: Host control figures on each transport's software path (``fabreg.run.transport``); a
-#: value of another path, or of no transport, is judged by all of them.
-FIGURES_ON_PATH: dict[str, tuple[str, ...]] = {
-    "ucx_rc": ("copy_bandwidth",),
-    "ucx_ud": ("copy_bandwidth",),
-    "ucx_dc": ("copy_bandwidth",),
-    "tcp": ("tcp_loopback",),
-    "tcp_ob1": ("tcp_loopback",),
-    "shm": ("copy_bandwidth", "handoff_bandwidth", "shared_compute"),
-}
 #: Seconds the control of a job whose values still fail may wait for a quiet host (at most:
 #: a plan that lets its confirmation wait less, ``quiet_wait_s``, bounds this wait too).
 QUIET_WAIT_S = 10.0
