@@ -156,8 +156,8 @@ def main() -> int:
         reframe(cal, checks, env, cases, "--repeat", str(args.calibration_runs))
         db = tmp / "fabreg.db"
         run([*FABREG, "ingest", "-q", "--db", str(db), str(cal / "perflogs")], env, check=True)
-        run([*FABREG, "references", "calibrate", "--system", "minicluster", "--checks",
-             str(checks), "--db", str(db)], env, check=True)
+        calibrated = run([*FABREG, "references", "calibrate", "--system", "minicluster",
+                          "--checks", str(checks), "--db", str(db)], env, check=True)
         calibration_s = time.monotonic() - t0
         (baseline,) = (checks / "references" / "minicluster").glob("*.yaml")
         rows = yaml.safe_load(baseline.read_text())["references"]
@@ -167,6 +167,14 @@ def main() -> int:
         print(f"baseline ({args.nodes} nodes): OsuBandwidth {value:g} MB/s, warn "
               f"-{row['warn']:.0%}, fail -{row['fail']:.0%}; {len(rows)} rows "
               f"({args.calibration_runs} runs, {calibration_s:.0f} s)")
+        # the row's own comment (how many runs, how they spread), and what the calibration
+        # set aside (interference, a slow host control), as it said it
+        lines = baseline.read_text().splitlines()
+        print("  bandwidth row:", *[lines[i - 1].strip("# ") for i, line in enumerate(lines)
+                                     if "metric: bandwidth" in line][:1])
+        for line in calibrated.stdout.splitlines():
+            if line.startswith("left out"):
+                print(f"  calibration {line}")
 
         def capped(fraction: float, label: str) -> tuple[dict[str, str], float]:
             rate = f"{int(value * fraction * 8)}mbit"
