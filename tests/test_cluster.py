@@ -294,7 +294,7 @@ def host_running_slow(cluster: Cluster) -> Iterator[None]:
     (the host control's figure on a TCP value's path) capped in its namespace, and node2's
     link with it, as a slow placement of a VM's vCPUs slows both."""
     lo = ["ip", "netns", "exec", "fabreg-node1", "tc", "qdisc"]
-    subprocess.run([*lo, "replace", "dev", "lo", "root", "tbf", "rate", "2gbit", "burst",
+    subprocess.run([*lo, "replace", "dev", "lo", "root", "tbf", "rate", "4gbit", "burst",
                     "256kb", "latency", "50ms"], check=True, capture_output=True, timeout=30)
     try:
         deg = cluster.fabreg("degrade", "node2", "--rate", "8gbit")
