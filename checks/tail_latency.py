@@ -38,9 +38,10 @@ from reframe.core.exceptions import SanityError
 from reframe.core.logging import getlogger
 
 from fabreg.run import collectives, confirm, tail_environment
-from fabreg.run.host_control import figures_on_path, slow_host
+from fabreg.run.host_control import slow_host
 from fabreg.run.parsers.probes import TailLatencyResult, parse_tail_latency
 from fabreg.run.references import Assessment
+from fabreg.schema import figures_on_path
 from fabreg.testlib.measurement import (
     confirmed_verdicts,
     lasting_failures_dir,

@@ -9,6 +9,7 @@ import time
 import pytest
 from test_measure import hog, stop
 
+from fabreg import schema
 from fabreg.run import host_control
 from fabreg.run import transport as tx
 from fabreg.run.references import Assessment, Reference
@@ -40,11 +41,11 @@ def test_the_control_measures_every_figure():
 
 
 def test_every_transport_names_the_control_figures_on_its_path():
-    assert set(host_control.FIGURES_ON_PATH) == set(tx.TRANSPORTS)
-    for transport, figures in host_control.FIGURES_ON_PATH.items():
+    assert set(schema.FIGURES_ON_PATH) == set(tx.TRANSPORTS)
+    for transport, figures in schema.FIGURES_ON_PATH.items():
         assert figures and set(figures) <= set(HOST_CONTROL_FIGURES), transport
-    assert host_control.figures_on_path("tcp") == ("tcp_loopback",)
-    assert host_control.figures_on_path(None) == tuple(HOST_CONTROL_FIGURES)
+    assert schema.figures_on_path("tcp") == ("tcp_loopback",)
+    assert schema.figures_on_path(None) == tuple(HOST_CONTROL_FIGURES)
     for name in HOST_CONTROL_FIGURES:  # calibrate and the review side know their direction
         assert declared_direction(name) in ("lower", "higher"), name
 
@@ -139,11 +140,11 @@ def test_the_best_of_the_samples_judges_the_host():
     # 3.5x slower (a 128 KiB MPICH allgather 2.8x); the round trip (0.30 us in every unusual
     # placement and at times in the usual one) judges no shared-memory value
     ({"round_trip": 0.81, "copy_bandwidth": 45.0, "handoff_bandwidth": 1.94,
-      "shared_compute": 4.0}, host_control.figures_on_path("shm"), 3.5052,
+      "shared_compute": 4.0}, schema.figures_on_path("shm"), 3.5052,
      "128 KiB core-to-core handoff 1.94 GB/s against its baseline 6.8 (limit 5.1)"),
     # ... made threads of one core: the handoff is faster, a neighbour's compute 1.8x slower
     ({"round_trip": 0.30, "copy_bandwidth": 45.0, "handoff_bandwidth": 19.0,
-      "shared_compute": 7.2}, host_control.figures_on_path("shm"), 1.8,
+      "shared_compute": 7.2}, schema.figures_on_path("shm"), 1.8,
      "compute beside a computing neighbour 7.2 ms against its baseline 4 (limit 5)"),
     # neither is on the TCP path
     ({"tcp_loopback": 3.9, "handoff_bandwidth": 1.94, "shared_compute": 7.2},

@@ -48,7 +48,7 @@ from fabreg.run import host_control  # noqa: E402
 from fabreg.run import transport as tx  # noqa: E402
 from fabreg.run.parsers.osu import parse_osu  # noqa: E402
 from fabreg.run.references import Assessment, Reference  # noqa: E402
-from fabreg.schema import HOST_CONTROL_FIGURES, lower_is_better  # noqa: E402
+from fabreg.schema import HOST_CONTROL_FIGURES, figures_on_path, lower_is_better  # noqa: E402
 
 #: (probe, size): the shared-memory values that failed healthy sessions on this VM.
 CASES = (("osu_allgather", 131072), ("osu_allreduce", 65536), ("osu_allreduce", 1048576))
@@ -120,7 +120,7 @@ def bench(args: argparse.Namespace, work: Path) -> int:
         print(f"round {i + 1}/{args.rounds}: handoff {c.handoff_bandwidth or 0:.1f} GB/s, "
               f"shared compute {c.shared_compute or 0:.2f} ms", file=sys.stderr)
     half = args.rounds // 2
-    shm = host_control.figures_on_path("shm")
+    shm = figures_on_path("shm")
 
     print(f"\nhost control over {args.rounds} rounds: rows drawn from the first {half}, the "
           f"other {args.rounds - half} judged; a row's limit as calibrate draws it now (the "

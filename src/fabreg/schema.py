@@ -153,6 +153,12 @@ FIGURES_ON_PATH: dict[str, tuple[str, ...]] = {
     "shm": ("copy_bandwidth", "handoff_bandwidth", "shared_compute"),
 }
 
+
+def figures_on_path(transport: str | None) -> tuple[str, ...]:
+    """The control figures that judge a value carried by ``transport`` (all: unknown)."""
+    return FIGURES_ON_PATH.get(transport or "", tuple(HOST_CONTROL_FIGURES))
+
+
 _LOWER_UNITS = {"us", "usec", "ms", "s", "ns", "%comm"}
 _HIGHER_UNITS = {"MB/s", "GB/s", "Gbit/s", "Mbit/s", "msg/s", "Mmsg/s", "Mpps", "GFLOP/s"}
 _LOWER_WORDS = ("latency", "lat", "time", "p50", "p99", "max", "overhead", "loss", "ratio")

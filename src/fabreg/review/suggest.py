@@ -29,11 +29,11 @@ import yaml
 from fabreg.review.store import RunValue
 from fabreg.schema import (
     CONTENDED_SHARE,
-    FIGURES_ON_PATH,
     HOST_CONTROL_BENCHMARK,
     HOST_CONTROL_FIGURES,
     KEY_FIELDS,
     MEASUREMENT_METHOD,
+    figures_on_path,
     lower_is_better,
 )
 
@@ -206,10 +206,15 @@ def control_rows(values: Sequence[RunValue], warn_floor: float, fail_floor: floa
     return {str(dict(row.key)["metric"]): row for row in rows}
 
 
+def worse_by(value: float, reference: float, lower_better: bool) -> float:
+    """How much worse than ``reference`` ``value`` is, as a fraction (negative: better)."""
+    sign = 1.0 if lower_better else -1.0
+    return sign * (value - reference) / reference
+
+
 def beyond_fail(row: Suggestion, value: float) -> bool:
     """Does ``value`` lie beyond ``row``'s failure limit?"""
-    sign = 1.0 if row.lower_is_better else -1.0
-    return sign * (value - row.value) / row.value > row.fail
+    return worse_by(value, row.value, row.lower_is_better) > row.fail
 
 
 def slow_host_values(values: Sequence[RunValue], controls: dict[str, Suggestion]
@@ -227,14 +232,10 @@ def slow_host_values(values: Sequence[RunValue], controls: dict[str, Suggestion]
     so is ``inconclusive`` by the same rows (``fabreg.run.host_control``)."""
     out = []
     for rv in values if controls else ():
-        try:
-            keys = json.loads(rv.attrs.get("ref_keys") or "{}")
-            key = dict(key_of(keys.get(rv.perfvar)) or ()) if isinstance(keys, dict) else {}
-        except ValueError:
-            key = {}
+        key = dict(key_of(_json_object(rv.attrs.get("ref_keys")).get(rv.perfvar)) or ())
         if key.get("benchmark") == HOST_CONTROL_BENCHMARK:
             continue
-        figures = FIGURES_ON_PATH.get(str(key.get("transport", "")), tuple(controls))
+        figures = figures_on_path(str(key.get("transport", "")))
         control = _json_object(rv.attrs.get("host_control"))
         if control.get("contended"):
             continue
@@ -288,8 +289,7 @@ def worse_side_spread(values: Sequence[float], median: float, lower_better: bool
     """
     if median <= 0:
         return 0.0
-    sign = 1.0 if lower_better else -1.0
-    worse = [sign * (v - median) / median for v in values]
+    worse = [worse_by(v, median, lower_better) for v in values]
     worse = [d for d in worse if d > 0]
     return MAD_TO_SIGMA * statistics.median(worse) if worse else 0.0
 
@@ -323,8 +323,7 @@ def worst_deviation(values: Sequence[float], median: float, lower_better: bool) 
     """How far the worst run lies from the median on the worse side (a fraction)."""
     if median <= 0:
         return 0.0
-    sign = 1.0 if lower_better else -1.0
-    return max([0.0] + [sign * (v - median) / median for v in values])
+    return max([0.0] + [worse_by(v, median, lower_better) for v in values])
 
 
 def baseline_tolerances(worst: float, lower_better: bool, warn_floor: float,
@@ -446,13 +445,12 @@ def suggest(grouped: Grouped, warn_floor: float = DEFAULT_WARN,
         else:
             warn, fail = tolerances(spread, lower, warn_floor, fail_floor)
         value = round_significant(median)
-        sign = 1.0 if lower else -1.0
-        worse_by = [sign * (v - value) / value for v in group.values]
+        worse = [worse_by(v, value, lower) for v in group.values]
         rows.append(Suggestion(
             key=key, unit=unit, n=n, median=median, low=min(group.values),
             high=max(group.values), spread=spread, lower_is_better=lower, value=value,
-            warn=warn, fail=fail, beyond_warn=sum(d > warn for d in worse_by),
-            beyond_fail=sum(d > fail for d in worse_by)))
+            warn=warn, fail=fail, beyond_warn=sum(d > warn for d in worse),
+            beyond_fail=sum(d > fail for d in worse)))
     return rows, skipped
 
 

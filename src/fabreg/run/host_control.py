@@ -36,10 +36,11 @@ multiply slows down by a third or more), and two cores that share none (handoff 
 us against 0.19 in both unusual placements and cannot tell them apart; the 1 MiB copy, on
 one CPU, sees none of them.
 
-A value is judged only by the figures on its own software path (:data:`FIGURES_ON_PATH`): a
-TCP value by the loopback stream, a shared-memory value by the copy, the handoff and the
-shared compute, an RDMA value by the copy (the NIC moves its data; host memory is what the
-host adds), a value of no transport by all five. The round trip alone once excused a link
+A value is judged only by the figures on its own software path
+(:data:`fabreg.schema.FIGURES_ON_PATH`): a TCP value by the loopback stream, a shared-memory
+value by the copy, the handoff and the shared compute, an RDMA value by the copy (the NIC
+moves its data; host memory is what the host adds), a value of no transport by all five.
+The round trip alone once excused a link
 capped at half speed, confirmed at -53 %, 7 times in 10: after minutes of sustained load the
 VM's two vCPUs shared a core differently and the round trip doubled, while nothing on the TCP
 path changed (docs/references.md, session 14). It judges no shared-memory value either: it
@@ -67,7 +68,7 @@ from typing import Any
 
 from fabreg.run.confirm import CONTROL_GAP_S, wait_for_quiet
 from fabreg.run.references import Assessment, Reference
-from fabreg.schema import FIGURES_ON_PATH, HOST_CONTROL_FIGURES, lower_is_better
+from fabreg.schema import HOST_CONTROL_FIGURES, lower_is_better
 
 #: Round trips per batch, and batches: short batches, so that some of them fall between
 #: other work's time slices on a busy host.
@@ -401,11 +402,6 @@ _WORDS = {"round_trip": "core-to-core round trip", "copy_bandwidth": "1 MiB memo
           "tcp_loopback": "TCP loopback stream",
           "handoff_bandwidth": "128 KiB core-to-core handoff",
           "shared_compute": "compute beside a computing neighbour"}
-
-
-def figures_on_path(transport: str | None) -> tuple[str, ...]:
-    """The control figures that judge a value carried by ``transport`` (all: unknown)."""
-    return FIGURES_ON_PATH.get(transport or "", tuple(HOST_CONTROL_FIGURES))
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from reframe.core.logging import getlogger
 
 from fabreg.run import measure
 from fabreg.run.confirm import CONFIRM_RUNS, CONTROL_GAP_S
-from fabreg.run.host_control import SlowHost, figures_on_path, slow_host
+from fabreg.run.host_control import SlowHost, slow_host
 from fabreg.run.interference import (
     CONTENDED_SHARE,
     HARNESS_VARIABLE,
@@ -52,6 +52,7 @@ from fabreg.run.interference import (
 )
 from fabreg.run.launch import KNOWN_HANG_GRACE_S
 from fabreg.run.references import Assessment
+from fabreg.schema import figures_on_path
 from fabreg.testlib.base import RUN_ID, stage_json
 
 

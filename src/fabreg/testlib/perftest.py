@@ -20,14 +20,13 @@ from reframe.core.exceptions import SanityError
 from fabreg.metrics import perfvar_name
 from fabreg.run.client_server import Figure
 from fabreg.run.counters import SYSFS_INFINIBAND, rdma_devices
-from fabreg.run.host_control import figures_on_path
 from fabreg.run.parsers.perftest import (
     PerftestTable,
     failure_reason,
     no_device_reason,
     parse_perftest,
 )
-from fabreg.schema import lower_is_better
+from fabreg.schema import figures_on_path, lower_is_better
 from fabreg.testlib.client_server import ClientServerCheck
 from fabreg.testlib.references import ReferenceKeys
 
