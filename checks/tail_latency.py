@@ -41,7 +41,7 @@ from fabreg.run import collectives, confirm, tail_environment
 from fabreg.run.host_control import slow_host
 from fabreg.run.parsers.probes import TailLatencyResult, parse_tail_latency
 from fabreg.run.references import Assessment
-from fabreg.schema import figures_on_path
+from fabreg.schema import control_on_path, figures_on_path
 from fabreg.testlib.measurement import (
     confirmed_verdicts,
     lasting_failures_dir,
@@ -320,7 +320,8 @@ class TailLatency(MeteredJob, ProbeCheck):
     def log_confirmation(self) -> None:
         result = self.environment_result()
         self.confirmation = dict(result.get("confirmation", {}))
-        self.host_control = dict(result.get("host_control") or {})
+        self.host_control = control_on_path(result.get("host_control") or {},
+                                            figures_on_path(self.transport))
         self.measurements = dict.fromkeys(("p50", "p99", "max", "p99_over_p50"),
                                           len(result["runs"]))
         say_how_confirmed(self, result)

@@ -348,7 +348,9 @@ def test_a_link_capped_at_half_its_calibrated_bandwidth_fails_then_restore_passe
         (row,) = [r for r in rows if r["metric"] == "bandwidth"]
         if attempt == "calibrate":  # the slow host's job is among the runs, and left out
             (loopback,) = [r for r in rows if r["metric"] == "tcp_loopback"]
-            slow_loopback = json.loads(slow_row["host_control"])["tcp_loopback"]
+            slow_control = json.loads(slow_row["host_control"])
+            assert slow_control["on_path"] == ["tcp_loopback"]  # what calibration goes by
+            slow_loopback = slow_control["tcp_loopback"]
             assert slow_loopback < loopback["value"] * (1 - loopback["fail"]), (
                 slow_loopback, loopback)
             # (a healthy job in a slow spell of the VM that its control saw would be too)

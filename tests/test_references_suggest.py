@@ -21,7 +21,7 @@ from fabreg.review import suggest
 from fabreg.review.perflog import Run, Sample, read_perflog_file
 from fabreg.review.store import Store
 from fabreg.run.references import ReferenceTable
-from fabreg.schema import MEASUREMENT_METHOD
+from fabreg.schema import MEASUREMENT_METHOD, control_on_path, figures_on_path
 
 LAT8 = {"benchmark": "osu_latency", "metric": "latency", "size": 8, "mpi": "openmpi",
         "transport": "shm", "nodes": 1}
@@ -457,6 +457,39 @@ def test_a_calibration_sets_aside_a_value_whose_own_path_ran_slow_and_keeps_the_
     assert shm.value == pytest.approx(9004.0, rel=0.001)  # all 8 jobs' values
     loopback = table.lookup(benchmark="host_control", metric="tcp_loopback")
     assert loopback.value == pytest.approx(5.85, rel=0.01)  # every job's control
+
+
+def test_a_calibration_goes_by_the_path_the_job_named_not_its_keys_transport(
+        tmp_path, capsys):
+    """perftest's verbs run over an RDMA queue pair, UCX rc's path, though its reference key
+    names no transport: its job logs the figures its verdict went by (``on_path``), and the
+    calibration goes by them. Two jobs ran while the TCP loopback ran at half its rate (off
+    that path: their values stay), two while the memory copy did (on it: left out). By the
+    key alone, every figure would be on the path and all four would be left out."""
+    db = tmp_path / "fabreg.db"
+    checks = tmp_path / "checks"
+    (checks / "references").mkdir(parents=True)
+    key = {"benchmark": "ib_write_bw", "metric": "bandwidth", "size": 65536, "nodes": 2}
+    jobs = [(11000.0, 5.9, 25.0), (11050.0, 6.0, 25.5), (10980.0, 5.8, 24.8),
+            (11020.0, 6.1, 25.2), (11010.0, 2.9, 25.1), (10990.0, 3.0, 24.9),
+            (7000.0, 6.0, 11.0), (7100.0, 5.9, 12.0)]
+    with Store(db) as store:
+        for i, (bandwidth, loopback, copy) in enumerate(jobs):
+            add_run(store, 1000 + i * 600, {"bandwidth_64KB": (bandwidth, "MB/s")},
+                    {"bandwidth_64KB": key}, test="PerftestBandwidth",
+                    extra={"host_key": "testhost", "host_control": json.dumps(control_on_path(
+                        {"tcp_loopback": loopback, "copy_bandwidth": copy,
+                         "handoff_bandwidth": 4.0, "shared_compute": 3.6, "round_trip": 0.2},
+                        figures_on_path("ucx_rc")))})
+    code = main(["references", "calibrate", "--db", str(db), "--system", "local",
+                 "--checks", str(checks), "--host-key", "testhost"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "left out 2 value(s) of 2 run(s) measured while the host itself ran slow" in out
+    row = ReferenceTable.load(checks / "references" / "local" / "testhost.yaml").lookup(**key)
+    assert row.value == pytest.approx(11005.0, rel=0.001)  # the six with a usual copy
+    assert "6 runs" in (checks / "references" / "local" / "testhost.yaml").read_text()
+    assert row.verdict(row.value / 2) == "fail"
 
 
 def test_a_baseline_is_drawn_from_runs_of_this_measurement_generation_only(tmp_path, capsys):

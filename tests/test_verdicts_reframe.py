@@ -297,6 +297,8 @@ def test_a_failure_that_reproduces_fails_with_both_measurements(tmp_path):
     assert control["round_trip"] > 0 and control["copy_bandwidth"] > 0
     assert control["tcp_loopback"] > 0
     assert "other_share" in control  # values still failed: it waited for a quiet host first
+    # the figures on the value's path (shared memory on `local`), as a calibration reads them
+    assert control["on_path"] == ["copy_bandwidth", "handoff_bandwidth", "shared_compute"]
 
 
 def test_a_confirmed_failure_on_a_host_slower_than_its_control_is_inconclusive(tmp_path):
@@ -492,7 +494,9 @@ def test_a_confirmed_quiet_tail_failure_on_a_host_slower_than_its_control_is_inc
     assert json.loads(row["verdicts"]) == {"p50": "inconclusive", "p99": "inconclusive"}
     assert json.loads(row["confirmation"]), row  # confirmed before the control judged
     assert "the host itself ran slow: 1 MiB memory copy" in row["ref_notes"], row["ref_notes"]
-    assert json.loads(row["host_control"])["copy_bandwidth"] > 0, row["host_control"]
+    control = json.loads(row["host_control"])
+    assert control["copy_bandwidth"] > 0, control
+    assert control["on_path"] == ["copy_bandwidth", "handoff_bandwidth", "shared_compute"]
 
 
 @pytest.mark.skipif(not shutil.which("ucx_perftest"), reason="ucx_perftest is not installed")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 #: Other work's share of the host's CPU time (``interference`` column: ``other_share``) above
 #: which a measurement is contended: a failing value is ``inconclusive``, and no host
@@ -157,6 +159,28 @@ FIGURES_ON_PATH: dict[str, tuple[str, ...]] = {
 def figures_on_path(transport: str | None) -> tuple[str, ...]:
     """The control figures that judge a value carried by ``transport`` (all: unknown)."""
     return FIGURES_ON_PATH.get(transport or "", tuple(HOST_CONTROL_FIGURES))
+
+
+#: Key of a job's ``host_control`` column that names the control figures its verdict went by.
+ON_PATH = "on_path"
+
+
+def control_on_path(control: Mapping[str, Any], figures: Sequence[str]) -> dict[str, Any]:
+    """A job's control as its perflog keeps it: its figures and those on its path (none
+    measured: empty). The check knows its path (perftest's verbs are UCX rc's, whatever its
+    reference key says), so a calibration reads it from here instead of guessing it."""
+    return {**control, ON_PATH: list(figures)} if control else {}
+
+
+def control_path(control: Mapping[str, Any], transport: str | None) -> tuple[str, ...]:
+    """The figures on the path of a value whose job logged ``control``: the ones the job
+    named (:func:`control_on_path`), else those of its reference key's ``transport`` (runs
+    logged before jobs named them)."""
+    named = control.get(ON_PATH)
+    if (isinstance(named, list) and named
+            and all(isinstance(n, str) and n in HOST_CONTROL_FIGURES for n in named)):
+        return tuple(named)
+    return figures_on_path(transport)
 
 
 _LOWER_UNITS = {"us", "usec", "ms", "s", "ns", "%comm"}

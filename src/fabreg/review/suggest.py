@@ -33,7 +33,7 @@ from fabreg.schema import (
     HOST_CONTROL_FIGURES,
     KEY_FIELDS,
     MEASUREMENT_METHOD,
-    figures_on_path,
+    control_path,
     lower_is_better,
 )
 
@@ -235,8 +235,8 @@ def slow_host_values(values: Sequence[RunValue], controls: dict[str, Suggestion]
         key = dict(key_of(_json_object(rv.attrs.get("ref_keys")).get(rv.perfvar)) or ())
         if key.get("benchmark") == HOST_CONTROL_BENCHMARK:
             continue
-        figures = figures_on_path(str(key.get("transport", "")))
         control = _json_object(rv.attrs.get("host_control"))
+        figures = control_path(control, str(key.get("transport", "")))
         if control.get("contended"):
             continue
         if any(name in controls and isinstance(v := control.get(name), (int, float))

@@ -52,7 +52,7 @@ from fabreg.run.interference import (
 )
 from fabreg.run.launch import KNOWN_HANG_GRACE_S
 from fabreg.run.references import Assessment
-from fabreg.schema import figures_on_path
+from fabreg.schema import control_on_path, figures_on_path
 from fabreg.testlib.base import RUN_ID, stage_json
 
 
@@ -175,7 +175,8 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
                              for var in self.variables_of(key)}
         self.confirmation = {var: first for key, first in result["confirmation"].items()
                              for var in self.variables_of(key)}
-        self.host_control = dict(result.get("host_control", {}))
+        self.host_control = control_on_path(result.get("host_control", {}),
+                                            self.host_control_figures())
         say_how_confirmed(self, result)
 
     def qualify(self, assessments: list[Assessment]) -> dict[str, tuple[str, str]]:
