@@ -400,14 +400,17 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
         if failed := result.validation_failures:  # OSU stops at the first: name it first
             problem = (f"{self.benchmark}: validation failed at size(s) "
                        f"{', '.join(map(str, failed))}")
-        elif not (problem := self.table_problem(text, logs)) and not result.has_validation:
+        elif (not (problem := self.table_problem(text, logs, result))
+              and not result.has_validation):
             problem = f"{self.benchmark} printed no Validation column"
         return problem and f"the validation run (-c, {measure.VALIDATION_OUT}): {problem}"
 
-    def table_problem(self, text: str, logs: str = "") -> str | None:
-        """Why ``text`` is not this benchmark's complete, valid table (with the line of
-        ``text`` or of its stderr ``logs`` where the MPI said a rank died), or None."""
-        result = parse_osu(text)
+    def table_problem(self, text: str, logs: str = "",
+                      result: OsuResult | None = None) -> str | None:
+        """Why ``text`` (``result``, where the caller parsed it already) is not this
+        benchmark's complete, valid table (with the line of ``text`` or of its stderr
+        ``logs`` where the MPI said a rank died), or None."""
+        result = parse_osu(text) if result is None else result
         problem = table_problem(result, self.benchmark,
                                 expected_sizes(result, self.benchmark, 1, self.max_size))
         died = abort_line(text + "\n" + logs) if problem else None
