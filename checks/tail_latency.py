@@ -135,7 +135,8 @@ class TailLatency(MeteredJob, ProbeCheck):
     #: :default: ``fabreg.run.confirm.CONTROL_GAP_S`` (3.0)
     control_gap = variable(float, value=confirm.CONTROL_GAP_S, loggable=False)
     #: The host control measured after a quiet figure's failure was confirmed (perflog;
-    #: empty when nothing failed: ``fabreg.run.host_control``).
+    #: empty when nothing failed: ``fabreg.run.host_control``), with ``on_path``, the
+    #: figures that judge this transport's values.
     #:
     #: :type: ``dict``
     #: :default: ``{}``

@@ -130,7 +130,8 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
     confirmation = variable(dict, value={}, loggable=True)
     #: The host control measured at the end of the job (perflog: ``round_trip`` in us,
     #: ``copy_bandwidth``, ``tcp_loopback`` and ``handoff_bandwidth`` in GB/s,
-    #: ``shared_compute`` in ms; ``fabreg.run.host_control``).
+    #: ``shared_compute`` in ms; ``fabreg.run.host_control``), and ``on_path``: the figures
+    #: that judge this check's values, which a calibration goes by too.
     #:
     #: :type: ``dict``
     #: :default: ``{}``
