@@ -236,9 +236,9 @@ def slow_host_values(values: Sequence[RunValue], controls: dict[str, Suggestion]
         if key.get("benchmark") == HOST_CONTROL_BENCHMARK:
             continue
         control = _json_object(rv.attrs.get("host_control"))
-        figures = control_path(control, str(key.get("transport", "")))
         if control.get("contended"):
             continue
+        figures = control_path(control, str(key.get("transport", "")))
         if any(name in controls and isinstance(v := control.get(name), (int, float))
                and not isinstance(v, bool) and beyond_fail(controls[name], float(v))
                for name in figures):
