@@ -37,14 +37,12 @@ from reframe.core.builtins import parameter, run_after, run_before, sanity_funct
 from reframe.core.exceptions import SanityError
 from reframe.core.logging import getlogger
 
-from fabreg.run import collectives, confirm, tail_environment
-from fabreg.run.host_control import slow_host
+from fabreg.run import collectives, tail_environment
 from fabreg.run.parsers.probes import TailLatencyResult, parse_tail_latency
 from fabreg.run.references import Assessment
-from fabreg.schema import control_on_path, figures_on_path
 from fabreg.testlib.measurement import (
+    ConfirmationSettings,
     confirmed_verdicts,
-    lasting_failures_dir,
     say_how_confirmed,
 )
 from fabreg.testlib.metering import MeteredJob
@@ -63,7 +61,7 @@ CASES = [
 
 
 @rfm.simple_test
-class TailLatency(MeteredJob, ProbeCheck):
+class TailLatency(ConfirmationSettings, MeteredJob, ProbeCheck):
     """p50 / p99 / max per-iteration latency and p99/p50 under one tail environment."""
 
     #: (collective, algorithm) compared.
@@ -89,12 +87,6 @@ class TailLatency(MeteredJob, ProbeCheck):
     #: (quiet environment: their lowest, and a run whose figures all lie inside their
     #: warning bands is the only one: ``fabreg.run.confirm.settled``).
     repeats = variable(int, value=3, loggable=True)
-    #: Perf variable -> how many runs its figure rests on, confirmation runs included
-    #: (perflog), as the other checks log it.
-    #:
-    #: :type: ``dict``
-    #: :default: ``{}``
-    measurements = variable(dict, value={}, loggable=True)
     #: Seconds a measured run may take: where ``iterations`` would take longer (costed by
     #: the launch before it: the chosen calibration step, then the previous run; quiet: the
     #: run's earlier quiet job of the same collective first, else the probe's warm-up; its
@@ -105,42 +97,6 @@ class TailLatency(MeteredJob, ProbeCheck):
     #: :type: ``float``
     #: :default: ``10.0``
     run_seconds = variable(float, value=10.0, loggable=False)
-    #: Seconds over which the confirmation runs of a failing quiet figure are spread.
-    #:
-    #: :type: ``float``
-    #: :default: ``60.0``
-    confirm_span = variable(float, value=60.0, loggable=False)
-    #: Confirmation runs of a failing quiet figure at most.
-    #:
-    #: :type: ``int``
-    #: :default: ``fabreg.run.confirm.CONFIRM_RUNS`` (10)
-    confirm_runs = variable(int, value=confirm.CONFIRM_RUNS, loggable=False)
-    #: Seconds the confirmations of all the run's jobs may take in all (0: no bound), shared
-    #: with the other checks (``fabreg.testlib.measurement``); then a failure is confirmed by
-    #: one run on a quiet host.
-    #:
-    #: :type: ``float``
-    #: :default: ``600.0``
-    confirm_budget = variable(float, value=600.0, loggable=False)
-    #: Perf variable -> its best first value, for quiet figures measured again because they
-    #: failed.
-    #:
-    #: :type: ``dict``
-    #: :default: ``{}``
-    confirmation = variable(dict, value={}, loggable=True)
-    #: Seconds between the samples of the host control that judges a failing quiet
-    #: figure (three samples; each figure's best judges).
-    #:
-    #: :type: ``float``
-    #: :default: ``fabreg.run.confirm.CONTROL_GAP_S`` (3.0)
-    control_gap = variable(float, value=confirm.CONTROL_GAP_S, loggable=False)
-    #: The host control measured after a quiet figure's failure was confirmed (perflog;
-    #: empty when nothing failed: ``fabreg.run.host_control``), with ``on_path``, the
-    #: figures that judge this transport's values.
-    #:
-    #: :type: ``dict``
-    #: :default: ``{}``
-    host_control = variable(dict, value={}, loggable=True)
     #: Iterations and blocks of one calibration step.
     #:
     #: :type: ``int``
@@ -242,14 +198,10 @@ class TailLatency(MeteredJob, ProbeCheck):
         tail_environment.Plan(
             command=command, options=list(self.executable_opts), environment=self.environment,
             calibration_iterations=self.calibration_iterations,
-            calibration_blocks=self.calibration_blocks, repeats=self.repeats,
+            calibration_blocks=self.calibration_blocks,
             fail_limits=self.failure_limits(tail_environment.QUIET_FIGURES),
             warn_limits=self.warning_limits(tail_environment.QUIET_FIGURES),
-            confirm_span_s=self.confirm_span, confirm_runs=self.confirm_runs,
-            lasting_failures=lasting_failures_dir(self.stagedir),
-            confirm_budget_s=self.confirm_budget,
-            contended_share=self.contended_share, control_gap_s=self.control_gap,
-            run_s=self.run_seconds,
+            run_s=self.run_seconds, **self.confirmation_settings(),
             hang_note=self.hang_note(), step_note=self.step_note(),
         ).save(Path(self.stagedir, tail_environment.PLAN))
         self.job.launcher = getlauncher("local")()
@@ -298,11 +250,9 @@ class TailLatency(MeteredJob, ProbeCheck):
         ``flaky``; one measured while other work took the CPUs, or whose confirmed failure
         the host control explains (the host ran slow), is ``inconclusive``."""
         result = self.environment_result()
-        slow = slow_host(self.host_control, self.host_control_references(),
-                         figures_on_path(self.transport))
         return confirmed_verdicts(assessments, self.metered() or {"other_share": 0.0},
                                   self.contended(), self.confirmation,
-                                  dict(result.get("quiet_confirmations", {})), slow)
+                                  dict(result.get("quiet_confirmations", {})), self.slow_host())
 
     @run_before("performance")
     def say_how_many_iterations(self) -> None:
@@ -321,8 +271,7 @@ class TailLatency(MeteredJob, ProbeCheck):
     def log_confirmation(self) -> None:
         result = self.environment_result()
         self.confirmation = dict(result.get("confirmation", {}))
-        self.host_control = control_on_path(result.get("host_control") or {},
-                                            figures_on_path(self.transport))
+        self.host_control = self.logged_host_control(result.get("host_control") or {})
         self.measurements = dict.fromkeys(("p50", "p99", "max", "p99_over_p50"),
                                           len(result["runs"]))
         say_how_confirmed(self, result)

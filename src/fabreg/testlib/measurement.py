@@ -56,22 +56,11 @@ from fabreg.schema import control_on_path, figures_on_path
 from fabreg.testlib.base import RUN_ID, stage_json
 
 
-class ConfirmedValues(rfm.RegressionTestPlugin):
-    """Mixin: an in-job driver measured and confirmed the values; qualify their verdicts."""
+class ConfirmationSettings(rfm.RegressionTestPlugin):
+    """Mixin: how a job's in-job driver confirms a failing value, and what the perflog says
+    of it. Shared by every check that confirms (:class:`ConfirmedValues`, and the tail latency
+    check's quiet figures); each brings its own ``repeats`` and ``contended_share``."""
 
-    #: Measurements of each asserted value at most before confirmation; the best one is
-    #: judged. One where the first lies inside its warning band
-    #: (``fabreg.run.confirm.settled``).
-    #:
-    #: :type: ``int``
-    #: :default: ``3``
-    repeats = variable(int, value=3, loggable=False)
-    #: Other work's share of the host's CPU time above which a failing value is
-    #: ``inconclusive``.
-    #:
-    #: :type: ``float``
-    #: :default: ``fabreg.run.interference.CONTENDED_SHARE`` (0.10)
-    contended_share = variable(float, value=CONTENDED_SHARE, loggable=False)
     #: Seconds the confirmation of a failing value may wait, in all, for a quiet host.
     #:
     #: :type: ``float``
@@ -107,6 +96,62 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
     #: :type: ``dict``
     #: :default: ``{}``
     measurements = variable(dict, value={}, loggable=True)
+    #: Perf variable -> its best first value, for values measured again because they failed.
+    #:
+    #: :type: ``dict``
+    #: :default: ``{}``
+    confirmation = variable(dict, value={}, loggable=True)
+    #: The host control measured at the end of the job (perflog: ``round_trip`` in us,
+    #: ``copy_bandwidth``, ``tcp_loopback`` and ``handoff_bandwidth`` in GB/s,
+    #: ``shared_compute`` in ms; ``fabreg.run.host_control``), and ``on_path``: the figures
+    #: that judge this check's values, which a calibration goes by too. Empty where the
+    #: driver measures it only for a failing value (tail latency) and none failed.
+    #:
+    #: :type: ``dict``
+    #: :default: ``{}``
+    host_control = variable(dict, value={}, loggable=True)
+
+    def confirmation_settings(self) -> dict[str, Any]:
+        """How the in-job driver repeats and confirms: the fields every driver's plan shares
+        (``fabreg.run.confirm.ConfirmationPlan``, and ``repeats``)."""
+        return {"repeats": self.repeats, "contended_share": self.contended_share,
+                "quiet_wait_s": self.quiet_wait, "confirm_span_s": self.confirm_span,
+                "confirm_runs": self.confirm_runs, "lasting_failures": self.lasting_failures(),
+                "confirm_budget_s": self.confirm_budget, "control_gap_s": self.control_gap}
+
+    def lasting_failures(self) -> str:
+        return lasting_failures_dir(self.stagedir)
+
+    def host_control_figures(self) -> tuple[str, ...]:
+        """The host control figures on this check's software path: its ``transport``'s."""
+        return figures_on_path(getattr(self, "transport", None))
+
+    def logged_host_control(self, control: dict[str, Any]) -> dict[str, Any]:
+        """The host control a driver measured, as the perflog logs it (with ``on_path``)."""
+        return control_on_path(control, self.host_control_figures())
+
+    def slow_host(self) -> SlowHost | None:
+        """What of the host control on this check's path ran slow (None: nothing did)."""
+        return slow_host(self.host_control, self.host_control_references(),
+                         self.host_control_figures())
+
+
+class ConfirmedValues(ConfirmationSettings):
+    """Mixin: an in-job driver measured and confirmed the values; qualify their verdicts."""
+
+    #: Measurements of each asserted value at most before confirmation; the best one is
+    #: judged. One where the first lies inside its warning band
+    #: (``fabreg.run.confirm.settled``).
+    #:
+    #: :type: ``int``
+    #: :default: ``3``
+    repeats = variable(int, value=3, loggable=False)
+    #: Other work's share of the host's CPU time above which a failing value is
+    #: ``inconclusive``.
+    #:
+    #: :type: ``float``
+    #: :default: ``fabreg.run.interference.CONTENDED_SHARE`` (0.10)
+    contended_share = variable(float, value=CONTENDED_SHARE, loggable=False)
     #: Perf variable -> relative distance of its worst measurement from its best (perflog).
     #:
     #: :type: ``dict``
@@ -123,19 +168,6 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
     #: :type: ``str``
     #: :default: ``''``
     exclusive = variable(str, value="", loggable=True)
-    #: Perf variable -> its best first value, for values measured again because they failed.
-    #:
-    #: :type: ``dict``
-    #: :default: ``{}``
-    confirmation = variable(dict, value={}, loggable=True)
-    #: The host control measured at the end of the job (perflog: ``round_trip`` in us,
-    #: ``copy_bandwidth``, ``tcp_loopback`` and ``handoff_bandwidth`` in GB/s,
-    #: ``shared_compute`` in ms; ``fabreg.run.host_control``), and ``on_path``: the figures
-    #: that judge this check's values, which a calibration goes by too.
-    #:
-    #: :type: ``dict``
-    #: :default: ``{}``
-    host_control = variable(dict, value={}, loggable=True)
 
     def measured(self) -> dict[str, Any] | None:
         """What the driver's JSON says, or None (no driver ran: one plain run, a dry run)."""
@@ -145,23 +177,9 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
         """The driver's JSON file ``name`` in the stage directory, or None (none written)."""
         return stage_json(self.stagedir, name)
 
-    def confirmation_settings(self) -> dict[str, Any]:
-        """How the in-job driver repeats and confirms: the fields every driver's plan shares."""
-        return {"repeats": self.repeats, "contended_share": self.contended_share,
-                "quiet_wait_s": self.quiet_wait, "confirm_span_s": self.confirm_span,
-                "confirm_runs": self.confirm_runs, "lasting_failures": self.lasting_failures(),
-                "confirm_budget_s": self.confirm_budget, "control_gap_s": self.control_gap}
-
-    def lasting_failures(self) -> str:
-        return lasting_failures_dir(self.stagedir)
-
     def variables_of(self, key: str) -> list[str]:
         """The perf variables a key of the driver's JSON stands for (itself by default)."""
         return [key]
-
-    def host_control_figures(self) -> tuple[str, ...]:
-        """The host control figures on this check's software path: its ``transport``'s."""
-        return figures_on_path(getattr(self, "transport", None))
 
     @run_before("performance")
     def log_measurement(self) -> None:
@@ -176,8 +194,7 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
                              for var in self.variables_of(key)}
         self.confirmation = {var: first for key, first in result["confirmation"].items()
                              for var in self.variables_of(key)}
-        self.host_control = control_on_path(result.get("host_control", {}),
-                                            self.host_control_figures())
+        self.host_control = self.logged_host_control(result.get("host_control", {}))
         say_how_confirmed(self, result)
 
     def qualify(self, assessments: list[Assessment]) -> dict[str, tuple[str, str]]:
@@ -186,10 +203,8 @@ class ConfirmedValues(rfm.RegressionTestPlugin):
             return {}
         quiet = {var: int(n) for key, n in result.get("quiet_confirmations", {}).items()
                  for var in self.variables_of(key)}
-        slow = slow_host(self.host_control, self.host_control_references(),
-                         self.host_control_figures())
         return confirmed_verdicts(assessments, result["interference"], bool(result["contended"]),
-                                  self.confirmation, quiet, slow)
+                                  self.confirmation, quiet, self.slow_host())
 
 
 def lasting_failures_dir(stagedir: str) -> str:
