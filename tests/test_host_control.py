@@ -85,6 +85,18 @@ def test_a_job_whose_values_pass_measures_the_control_at_once():
     assert out["copy_bandwidth"] > 0
 
 
+def test_a_job_measures_only_the_figures_on_its_path():
+    # A TCP job's control is the loopback stream alone (the others judge none of its
+    # values, and a calibration reads none of them of it); shared memory's skips the stream.
+    tcp = host_control.after_job("no-such-token", 0.10, failing=False,
+                                 figures=schema.figures_on_path("tcp"))
+    assert set(tcp) == {"tcp_loopback"} and tcp["tcp_loopback"] > 0, tcp
+    shm = host_control.after_job("no-such-token", 0.10, failing=True, samples=1, gap_s=0.0,
+                                 figures=schema.figures_on_path("shm"))
+    assert {k for k in shm if k in HOST_CONTROL_FIGURES} == set(schema.figures_on_path("shm"))
+    assert all(shm[k] > 0 for k in schema.figures_on_path("shm")), shm
+
+
 def test_a_control_that_judges_failing_values_is_sampled_and_its_best_kept():
     started = time.monotonic()
     out = host_control.after_job("no-such-token", 0.10, failing=True, samples=3, gap_s=1.0)

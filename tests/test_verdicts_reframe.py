@@ -14,11 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import REPO, fabreg, run_reframe
 
 from fabreg.run import tail_environment
 from fabreg.run.references import host_key
-from fabreg.schema import MEASUREMENT_METHOD
+from fabreg.schema import HOST_CONTROL_FIGURES, MEASUREMENT_METHOD
 
 pytestmark = pytest.mark.slow
 
@@ -294,11 +295,12 @@ def test_a_failure_that_reproduces_fails_with_both_measurements(tmp_path):
     measured = json.loads(next((tmp_path / "stage").rglob("measure.json")).read_text())
     assert all(len(v) == 6 for v in measured["values"].values())
     control = json.loads(row["host_control"])
-    assert control["round_trip"] > 0 and control["copy_bandwidth"] > 0
-    assert control["tcp_loopback"] > 0
     assert "other_share" in control  # values still failed: it waited for a quiet host first
-    # the figures on the value's path (shared memory on `local`), as a calibration reads them
+    # the figures on the value's path (shared memory on `local`), as a calibration reads
+    # them, and only those were measured (no TCP stream, no round trip)
     assert control["on_path"] == ["copy_bandwidth", "handoff_bandwidth", "shared_compute"]
+    assert {k for k in control if k in HOST_CONTROL_FIGURES} == set(control["on_path"])
+    assert all(control[k] > 0 for k in control["on_path"]), control
 
 
 def test_a_confirmed_failure_on_a_host_slower_than_its_control_is_inconclusive(tmp_path):
@@ -358,7 +360,11 @@ def test_a_new_host_is_missing_until_calibrated_then_judged_by_its_baseline(tmp_
     assert f"wrote {baseline}" in made.stdout
     text = baseline.read_text()
     assert "benchmark: osu_latency" in text and "size: 8," in text and "mpi: openmpi" in text
-    assert "benchmark: host_control, metric: round_trip" in text  # the host control's rows
+    # the host control's rows: one per figure on the runs' paths (each job measured those)
+    controls = {r["metric"] for r in yaml.safe_load(text)["references"]
+                if r["benchmark"] == "host_control"}
+    assert controls == {f for r in rows for f in json.loads(r["host_control"])["on_path"]}
+    assert "round_trip" not in controls  # on no transport's path: no job measured it
     again = fabreg("references", "calibrate", "--system", "local", "--checks", str(checks),
                    db=db)
     assert again.returncode == 2 and "use --force" in again.stderr

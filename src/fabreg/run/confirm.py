@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fabreg.run.interference import CONTENDED_SHARE, InterferenceMeter, JobMeter
+from fabreg.schema import HOST_CONTROL_FIGURES
 
 Key = TypeVar("Key", bound=Hashable)
 
@@ -206,6 +207,9 @@ class ConfirmationPlan:
     confirm_budget_s: float = 0.0
     #: Seconds between the samples of the host control that judges failing values.
     control_gap_s: float = CONTROL_GAP_S
+    #: The host control figures on the job's path (``fabreg.schema.FIGURES_ON_PATH``): the
+    #: ones its control measures (``fabreg.run.host_control.after_job``).
+    control_figures: list[str] = field(default_factory=lambda: list(HOST_CONTROL_FIGURES))
 
 
 @dataclass

@@ -7,9 +7,10 @@ the round trip of a cache line between two of the VM's cores is ~330 ns instead 
 No confirmation schedule tells that apart from a regression; a control measured in the same
 job, with no MPI, no fabric and no benchmark in it, does. Each in-job driver measures it at
 the end of the job (once; after a failing value's last confirmation run, three times a few
-seconds apart, judged by each figure's best: a slow state lasts, a slow sample does not), and
-logs it in the ``host_control`` column; ``fabreg references calibrate`` turns the healthy
-runs' controls into the host baseline's ``host_control`` rows, and a confirmed failure
+seconds apart, judged by each figure's best: a slow state lasts, a slow sample does not), the
+figures on its values' path only (below), and logs it in the ``host_control`` column;
+``fabreg references calibrate`` turns the healthy runs' controls into the host baseline's
+``host_control`` rows, and a confirmed failure
 measured while a figure on its path lay beyond its own failure limit, by enough to explain
 it, is ``inconclusive``, with both figures (``fabreg.testlib.measurement``).
 
@@ -61,7 +62,7 @@ import mmap
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -333,28 +334,36 @@ def tcp_loopback(chunk: int = TCP_CHUNK, chunks: int = TCP_CHUNKS,
     return chunk * chunks / best / 1e9
 
 
-def measure_host() -> HostControl:
-    """The control on this host, with the two lowest CPUs the process may use."""
+def measure_host(figures: Collection[str] | None = None) -> HostControl:
+    """The control on this host, with the two lowest CPUs the process may use: the
+    ``figures`` named (None: all five). A job measures those on its values' path, the only
+    ones that judge them or that a calibration reads of it (:data:`fabreg.schema.
+    FIGURES_ON_PATH`): a TCP job's control is the loopback stream alone."""
+    wanted = set(HOST_CONTROL_FIGURES if figures is None else figures)
     cpus = sorted(os.sched_getaffinity(0))
     problems = []
     two: dict[str, float] = {}
-    if len(cpus) < 2:
+    on_two = [(name, measure) for name, measure in (("round_trip", core_round_trip),
+                                                    ("handoff_bandwidth", handoff_bandwidth),
+                                                    ("shared_compute", shared_compute))
+              if name in wanted]
+    if on_two and len(cpus) < 2:
         problems.append("one CPU only: no core-to-core round trip, handoff or shared compute")
-    else:
+    elif on_two:
         pair = (cpus[0], cpus[1])
-        for name, measure in (("round_trip", core_round_trip),
-                              ("handoff_bandwidth", handoff_bandwidth),
-                              ("shared_compute", shared_compute)):
+        for name, measure in on_two:
             try:
                 two[name] = measure(pair)
             except (OSError, RuntimeError) as err:
                 problems.append(f"{_WORDS[name]}: {err}")
     stream = None
-    try:
-        stream = tcp_loopback()
-    except (OSError, RuntimeError) as err:
-        problems.append(f"TCP loopback stream: {err}")
-    return HostControl(round_trip=two.get("round_trip"), copy_bandwidth=copy_bandwidth(),
+    if "tcp_loopback" in wanted:
+        try:
+            stream = tcp_loopback()
+        except (OSError, RuntimeError) as err:
+            problems.append(f"TCP loopback stream: {err}")
+    return HostControl(round_trip=two.get("round_trip"),
+                       copy_bandwidth=copy_bandwidth() if "copy_bandwidth" in wanted else None,
                        tcp_loopback=stream, handoff_bandwidth=two.get("handoff_bandwidth"),
                        shared_compute=two.get("shared_compute"), problem="; ".join(problems))
 
@@ -372,8 +381,10 @@ def best_of(controls: Sequence[HostControl]) -> HostControl:
 
 def after_job(token: str, contended_share: float, failing: bool,
               samples: int = FAILING_SAMPLES, gap_s: float = CONTROL_GAP_S,
-              quiet_wait_s: float = QUIET_WAIT_S) -> dict[str, Any]:
-    """The control at the end of a job, as its result file says it (``host_control``).
+              quiet_wait_s: float = QUIET_WAIT_S,
+              figures: Collection[str] | None = None) -> dict[str, Any]:
+    """The control at the end of a job, as its result file says it (``host_control``): the
+    ``figures`` on the job's path (None: all; :func:`measure_host`).
 
     While values still fail, the control will judge them: it first waits (up to
     ``quiet_wait_s``, at most :data:`QUIET_WAIT_S`) for a second in which other work leaves
@@ -383,14 +394,14 @@ def after_job(token: str, contended_share: float, failing: bool,
     Otherwise it is measured once, at once: it only feeds the host's baseline.
     """
     if not failing:
-        return measure_host().as_dict()
+        return measure_host(figures).as_dict()
     waited = min(QUIET_WAIT_S, quiet_wait_s)
     share = wait_for_quiet(token, contended_share, time.monotonic() + waited)
     controls = []
     for k in range(max(1, samples)):
         if k:
             time.sleep(gap_s)
-        controls.append(measure_host())
+        controls.append(measure_host(figures))
     out: dict[str, Any] = best_of(controls).as_dict()
     out["samples"] = len(controls)
     out["other_share"] = round(share, 4)

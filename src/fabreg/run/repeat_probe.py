@@ -144,7 +144,8 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         **interference.job_summary(plan.contended_share),
         "host_control": host_control.after_job(
             token, plan.contended_share, bool(measurements.failing(plan.fail_limits)),
-            gap_s=plan.control_gap_s, quiet_wait_s=plan.quiet_wait_s),
+            gap_s=plan.control_gap_s, quiet_wait_s=plan.quiet_wait_s,
+            figures=plan.control_figures),
         "returncode": 0 if first.hung_after_results else first.returncode,
     }
     (workdir / RESULT).write_text(json.dumps(result, indent=1) + "\n")

@@ -442,7 +442,8 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     failing = bool(quiet and quiet.failing(plan.fail_limits))
     control = host_control.after_job(env[TOKEN_VARIABLE], plan.contended_share, True,
                                      gap_s=plan.control_gap_s,
-                                     quiet_wait_s=plan.quiet_wait_s) if failing else {}
+                                     quiet_wait_s=plan.quiet_wait_s,
+                                     figures=plan.control_figures) if failing else {}
     counts = [r.iterations for r in results]  # every run's, confirmations included
     # what a planned run would have taken: the last cost given, else what the probe-costed
     # run turned out to cost

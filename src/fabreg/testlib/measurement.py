@@ -117,7 +117,8 @@ class ConfirmationSettings(rfm.RegressionTestPlugin):
         return {"repeats": self.repeats, "contended_share": self.contended_share,
                 "quiet_wait_s": self.quiet_wait, "confirm_span_s": self.confirm_span,
                 "confirm_runs": self.confirm_runs, "lasting_failures": self.lasting_failures(),
-                "confirm_budget_s": self.confirm_budget, "control_gap_s": self.control_gap}
+                "confirm_budget_s": self.confirm_budget, "control_gap_s": self.control_gap,
+                "control_figures": list(self.host_control_figures())}
 
     def lasting_failures(self) -> str:
         return lasting_failures_dir(self.stagedir)
