@@ -459,6 +459,39 @@ def test_a_calibration_sets_aside_a_value_whose_own_path_ran_slow_and_keeps_the_
     assert loopback.value == pytest.approx(5.85, rel=0.01)  # every job's control
 
 
+def test_a_control_row_never_passes_a_host_at_half_its_rate(tmp_path, capsys):
+    """Eight healthy TCP jobs whose loopback controls fell in two placements (4.97-6.73 GB/s,
+    a CI run's) spread the controls so that 6x their usual noise reached -94 %: the row
+    then passed the slow host's job, at a twelfth of the rate, and the band of the link's
+    row followed it. A control row stops short of half speed: that job is set aside."""
+    db = tmp_path / "fabreg.db"
+    checks = tmp_path / "checks"
+    (checks / "references").mkdir(parents=True)
+    tcp = {**BW1M, "transport": "tcp", "nodes": 2}
+    jobs = [(848.4, 0.4995), (1628.1, 5.3244), (1616.3, 6.7324), (1611.1, 6.6519),
+            (1580.6, 6.0261), (1614.7, 4.9693), (1669.0, 6.3927), (1684.8, 5.9071),
+            (1639.1, 6.6578)]
+    with Store(db) as store:
+        for i, (bandwidth, loopback) in enumerate(jobs):
+            add_run(store, 1000 + i * 600, {"bandwidth_1MB": (bandwidth, "MB/s")},
+                    {"bandwidth_1MB": tcp}, test="OsuBandwidth",
+                    extra={"host_key": "testhost", "host_control": json.dumps(
+                        control_on_path({"tcp_loopback": loopback}, ["tcp_loopback"]))})
+    code = main(["references", "calibrate", "--db", str(db), "--system", "local",
+                 "--checks", str(checks), "--host-key", "testhost"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    table = ReferenceTable.load(checks / "references" / "local" / "testhost.yaml")
+    loopback = table.lookup(benchmark="host_control", metric="tcp_loopback")
+    assert loopback.fail == pytest.approx(0.5) and loopback.warn <= 0.5, loopback
+    assert loopback.verdict(loopback.value * 0.4) == "fail"  # the VM's 2.6x slow placement
+    assert loopback.verdict(4.97) == "ok"  # the slower of the usual placements
+    assert "left out 1 value(s) of 1 run(s) measured while the host itself ran slow" in out
+    row = table.lookup(**tcp)
+    assert row.fail < 0.5 and row.verdict(row.value / 2) == "fail", row
+    assert "cannot catch a link at half speed" not in err
+
+
 def test_a_calibration_goes_by_the_path_the_job_named_not_its_keys_transport(
         tmp_path, capsys):
     """perftest's verbs run over an RDMA queue pair, UCX rc's path, though its reference key
