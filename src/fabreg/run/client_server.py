@@ -226,10 +226,8 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     result = {
         **measurements.as_dict(),
         **interference.job_summary(plan.contended_share),
-        "host_control": host_control.after_job(
-            token, plan.contended_share, bool(measurements.failing(plan.fail_limits)),
-            gap_s=plan.control_gap_s, quiet_wait_s=plan.quiet_wait_s,
-            figures=plan.control_figures),
+        "host_control": host_control.after_plan(
+            token, plan, bool(measurements.failing(plan.fail_limits))),
         "runs": runs,
         "returncode": runs[0]["returncode"],
     }

@@ -67,7 +67,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from fabreg.run.confirm import CONTROL_GAP_S, wait_for_quiet
+from fabreg.run.confirm import CONTROL_GAP_S, ConfirmationPlan, wait_for_quiet
 from fabreg.run.references import Assessment, Reference
 from fabreg.schema import HOST_CONTROL_FIGURES, lower_is_better
 
@@ -407,6 +407,13 @@ def after_job(token: str, contended_share: float, failing: bool,
     out["other_share"] = round(share, 4)
     out["contended"] = share > contended_share
     return out
+
+
+def after_plan(token: str, plan: ConfirmationPlan, failing: bool) -> dict[str, Any]:
+    """:func:`after_job` as a driver's plan asks for it: its contended share, control gap,
+    quiet wait and the figures on its path."""
+    return after_job(token, plan.contended_share, failing, gap_s=plan.control_gap_s,
+                     quiet_wait_s=plan.quiet_wait_s, figures=plan.control_figures)
 
 
 _WORDS = {"round_trip": "core-to-core round trip", "copy_bandwidth": "1 MiB memory copy",

@@ -252,10 +252,8 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
         # The sizes the time budget left with fewer measurements than they needed.
         "unsettled": unsettled,
         **interference.job_summary(plan.contended_share),
-        "host_control": host_control.after_job(
-            token, plan.contended_share, bool(measurements.failing(limits)),
-            gap_s=plan.control_gap_s, quiet_wait_s=plan.quiet_wait_s,
-            figures=plan.control_figures),
+        "host_control": host_control.after_plan(token, plan,
+                                                bool(measurements.failing(limits))),
         **summary(launches),
         "validation": validated,
         "pilot": costed,

@@ -142,10 +142,8 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         **summary(launches),
         "baseline_launches": summary(baselines)["launches"],
         **interference.job_summary(plan.contended_share),
-        "host_control": host_control.after_job(
-            token, plan.contended_share, bool(measurements.failing(plan.fail_limits)),
-            gap_s=plan.control_gap_s, quiet_wait_s=plan.quiet_wait_s,
-            figures=plan.control_figures),
+        "host_control": host_control.after_plan(
+            token, plan, bool(measurements.failing(plan.fail_limits))),
         "returncode": 0 if first.hung_after_results else first.returncode,
     }
     (workdir / RESULT).write_text(json.dumps(result, indent=1) + "\n")

@@ -440,10 +440,7 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     # values are (fabreg.run.host_control): measured now, and only then (nothing else of
     # this job needs it).
     failing = bool(quiet and quiet.failing(plan.fail_limits))
-    control = host_control.after_job(env[TOKEN_VARIABLE], plan.contended_share, True,
-                                     gap_s=plan.control_gap_s,
-                                     quiet_wait_s=plan.quiet_wait_s,
-                                     figures=plan.control_figures) if failing else {}
+    control = host_control.after_plan(env[TOKEN_VARIABLE], plan, True) if failing else {}
     counts = [r.iterations for r in results]  # every run's, confirmations included
     # what a planned run would have taken: the last cost given, else what the probe-costed
     # run turned out to cost
