@@ -20,12 +20,15 @@ ratio of its total to its floor, side by side for every system given; then each 
 wall time and where the time went. ``--before REV`` runs every session a second time with
 the suite as it was at REV (a git worktree: its checks, its config and its ``fabreg``
 package), printed beside the current one. ``--calibrate N`` first runs N sessions and
-records this host's baseline from them (``fabreg references calibrate``), which then judges
-every timed session: a site's nightly, as against a fresh clone's first run.
+records this host's baseline from them (``fabreg references calibrate``, ``--min-runs``),
+which then judges every timed session: a site's nightly, as against a fresh clone's first
+run. ``--calibration-exclude PATTERN`` leaves cases out of the calibration sessions only
+(the loaded tail environments, which no reference judges, save a third of a 4-node session).
 
 Usage:
   python ci/bench/cost_bench.py [--system local] [--system minicluster] [--before REV]
-                                [--calibrate N] [--keep] [-- RFM_OPTIONS...]
+                                [--calibrate N [--min-runs N] [--calibration-exclude PATTERN]]
+                                [--keep] [-- RFM_OPTIONS...]
   python ci/bench/cost_bench.py --report run-report.json [--report ...] [--by-nodes]
 
 ``--by-nodes`` splits each report by the cases' node count (a 4-node cluster's run holds
@@ -89,9 +92,10 @@ def copied_checks(repo: Path, to: Path) -> Path:
 
 
 def calibrate(system: str, sessions: int, rfm_args: list[str], work: Path,
-              checks: list[Path]) -> None:
+              checks: list[Path], min_runs: int = 5) -> None:
     """Run ``sessions`` sessions of the current suite and record this host's baseline from
-    them into every one of ``checks`` (``fabreg references calibrate``)."""
+    them into every one of ``checks`` (``fabreg references calibrate``; a key measured in
+    fewer than ``min_runs`` of them gets no row)."""
     db = work / f"calibrate-{system}.db"
     fabreg = [sys.executable, "-m", "fabreg.cli"]
     for i in range(sessions):
@@ -100,7 +104,8 @@ def calibrate(system: str, sessions: int, rfm_args: list[str], work: Path,
         perflogs = report.parent / report.stem.removeprefix("report-") / "perflogs"
         subprocess.run([*fabreg, "ingest", "-q", "--db", str(db), str(perflogs)], check=True)
     done = subprocess.run([*fabreg, "references", "calibrate", "--system", system, "--checks",
-                           str(checks[-1]), "--db", str(db)], capture_output=True, text=True)
+                           str(checks[-1]), "--db", str(db), "--min-runs", str(min_runs)],
+                          capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"cost_bench: calibration failed: {done.stderr.strip()}")
     print(f"# baseline from {sessions} sessions: {done.stdout.strip().splitlines()[-1]}",
@@ -269,6 +274,12 @@ def main() -> None:
                         help="also run each session with the suite at this git revision")
     parser.add_argument("--calibrate", type=int, default=0, metavar="N",
                         help="record this host's baseline from N sessions first")
+    parser.add_argument("--min-runs", type=int, default=5, metavar="N",
+                        help="with --calibrate: sessions a key needs for a baseline row "
+                             "(fabreg references calibrate --min-runs; default 5)")
+    parser.add_argument("--calibration-exclude", metavar="PATTERN",
+                        help="with --calibrate: leave these cases out of the calibration "
+                             "sessions (ReFrame -x; e.g. checks no reference judges)")
     parser.add_argument("--by-nodes", action="store_true",
                         help="with --report: one column per node count of each report")
     parser.add_argument("--keep", action="store_true",
@@ -290,8 +301,10 @@ def main() -> None:
                     trees = {args.before: (before, copied_checks(
                         before, work / f"checks-{system}-before")), **trees}
                 if args.calibrate:
-                    calibrate(system, args.calibrate, args.rfm_args, work,
-                              [checks for _, checks in trees.values()])
+                    excluded = ["-x", args.calibration_exclude] \
+                        if args.calibration_exclude else []
+                    calibrate(system, args.calibrate, [*args.rfm_args, *excluded], work,
+                              [checks for _, checks in trees.values()], args.min_runs)
                 for label, (repo, checks) in trees.items():
                     reports.append(read_report(run_suite(
                         system, args.rfm_args, work, repo,
