@@ -19,7 +19,10 @@ take a few milliseconds; on one host running ReFrame and several emulated nodes 
 A job on several Slurm nodes is metered on each of them (``JobMeter``): one sampler per node
 through ``srun --overlap`` beside the job's own steps; the job's figure is its worst node's,
 with every node's share kept. On the emulated cluster all nodes share the host's CPUs and PID
-space, so each node's figure covers the whole host.
+space, so each node's figure covers the whole host, and a node's sampler sees the in-job driver
+too (``FABREG_MEASURE_DRIVER``: its boot, PID and start time): the driver's environment lacks
+the marker (it sets it for what it launches), and the launches it reaps between two samples
+reach only its own CPU time, so it is counted as the job's own there.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ TOKEN_VARIABLE = "FABREG_MEASURE_TOKEN"
 
 #: The environment variable that names the ReFrame process that launched the job.
 HARNESS_VARIABLE = "FABREG_HARNESS"
+
+#: The environment variable that names the in-job driver whose meter started the node samplers.
+DRIVER_VARIABLE = "FABREG_MEASURE_DRIVER"
 
 #: The scheduler's daemons: they answer the job's own ``srun`` and ReFrame's polling.
 SCHEDULER_DAEMONS = frozenset({"slurmctld", "slurmd", "slurmstepd", "munged"})
@@ -116,15 +122,16 @@ def boot_id(proc: Path = procfs.PROC) -> str:
 
 
 def harness_identity() -> str:
-    """``FABREG_HARNESS``'s value for this process (ReFrame's, when the check sets up its job)."""
+    """This process as another one can tell it: its boot, PID and start time (the value of
+    ``FABREG_HARNESS`` for ReFrame's process, of ``FABREG_MEASURE_DRIVER`` for a driver's)."""
     me = procfs.read_stat(os.getpid())
     return f"{boot_id()}:{os.getpid()}:{me.start if me else 0}"
 
 
-def _harness_key() -> tuple[int, int] | None:
-    """The (PID, start) of the ReFrame process named by ``FABREG_HARNESS`` when it runs on
-    this host; None otherwise."""
-    boot, _, rest = os.environ.get(HARNESS_VARIABLE, "").partition(":")
+def _identified(variable: str) -> tuple[int, int] | None:
+    """The (PID, start) of the process the environment ``variable`` names
+    (:func:`harness_identity`) when it runs on this host; None otherwise."""
+    boot, _, rest = os.environ.get(variable, "").partition(":")
     pid, _, start = rest.partition(":")
     if not boot or boot != boot_id() or not pid.isdigit() or not start.isdigit():
         return None
@@ -152,6 +159,15 @@ def _marked(pid: int, marker: bytes) -> bool:
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
             return marker in fh.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _titled(pid: int, title: bytes) -> bool:
+    """Does the process's command line (a daemon's title) start with ``title``?"""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read(len(title)) == title
     except OSError:
         return False
 
@@ -197,13 +213,28 @@ class InterferenceMeter:
     daemon's children used counts as the job's own once a marked process was seen as its
     child (a step daemon runs the tasks of one step only). Without it a 4-node allreduce on
     the emulated cluster lost a third of its own time and read as 21-25 % other work
-    (session 15). A process first seen between fork and exec still carries its parent's
+    (session 15). A step daemon that names this job (``slurmstepd: [JOB.STEP]``, the job
+    being ``SLURM_JOB_ID``) runs the job's tasks whether or not one was seen: MPICH's
+    proxies and ranks of a 0.1-0.2 s launch, started through ``srun``, live and end between
+    two samples, and a 1-node MPICH alltoall read as 30-60 % other work on a quiet host
+    (session 44). A process first seen between fork and exec still carries its parent's
     environment; it is checked again when exec changes its name.
+
+    ``driver``: the (PID, start) of the in-job driver, for a node's sampler on the driver's
+    host (the emulated cluster), counted as the job's own as the job script is: it reaps the
+    launches, and one that lives and ends between two samples (an Open MPI matrix multiply of
+    0.2-0.9 s) reaches the figure through it alone. Without it the remote node of a 2-node
+    matrix multiply read 9-31 % other work on a quiet host, in 31 of 48 jobs (session 44).
     """
 
     def __init__(self, token: str, interval: float = 0.25, own_pid: int | None = None,
-                 job_script: int | None = None) -> None:
+                 job_script: int | None = None,
+                 driver: tuple[int, int] | None = None) -> None:
         self.job_script = job_script
+        self.driver = driver
+        #: What this job's step daemons call themselves (``slurmstepd: [JOB.``), or None.
+        job = os.environ.get("SLURM_JOB_ID", "")
+        self._step_title = f"slurmstepd: [{job}.".encode() if job.isdigit() else None
         self.marker = f"{TOKEN_VARIABLE}={token}".encode()
         self.interval = interval
         self.own_pid = os.getpid() if own_pid is None else own_pid
@@ -214,7 +245,7 @@ class InterferenceMeter:
         self._kernel: dict[tuple[int, int], list[int]] = {}  # kthread -> [first, last] ticks
         self._other: dict[tuple[int, int], list[Any]] = {}  # other -> [comm, first, last]
         self._harness: dict[tuple[int, int], list[int]] = {}  # -> [first, last] ticks
-        self._harness_key = _harness_key()
+        self._harness_key = _identified(HARNESS_VARIABLE)
         #: Every job step daemon's waited-for children's ticks (its own are the harness's),
         #: and the daemons seen as a marked process's parent: their children are the job's.
         self._daemons: dict[tuple[int, int], _OwnProcess] = {}
@@ -255,7 +286,8 @@ class InterferenceMeter:
                 # ours), even the last fraction of a second before they exit, which sampling
                 # would miss; the job's processes elsewhere (under srun) are sampled.
                 kind = ("reaped" if _descends_from(stat, self.own_pid) else
-                        "own" if pid == self.job_script or _marked(pid, self.marker) else
+                        "own" if pid == self.job_script or key == self.driver
+                        or _marked(pid, self.marker) else
                         "harness" if key == self._harness_key else "other")
                 self._checked[key] = (kind, stat.comm)
             if kind == "reaped":
@@ -284,6 +316,8 @@ class InterferenceMeter:
                 if waiter is None:
                     waiter = self._daemons[key] = _OwnProcess(
                         0, 0, 0 if born else stat.children_ticks, 0, None, 0)
+                    if self._step_title and _titled(pid, self._step_title):
+                        self._waiters.add(key)
                 waiter.last_children, waiter.seen = stat.children_ticks, self._samples
             if kind == "harness" or stat.comm in SCHEDULER_DAEMONS:
                 self._harness.setdefault(key, [first, 0])[1] = stat.cpu_ticks
@@ -388,7 +422,7 @@ def sample_until(out: Path, stop: Path, token: str, interval: float = 0.25) -> J
 
 def sample_node(workdir: Path, stop: Path, token: str, interval: float = 0.25) -> None:
     """One node's sampler (``--node``): meter this node until ``stop`` exists."""
-    meter = InterferenceMeter(token, interval).start()
+    meter = InterferenceMeter(token, interval, driver=_identified(DRIVER_VARIABLE)).start()
     _wait_for(stop)
     figure = meter.stop().as_dict()
     node_figure_path(workdir, socket.gethostname()).write_text(json.dumps(figure) + "\n")
@@ -448,7 +482,9 @@ class JobMeter:
     Always this node, in process; in a Slurm job on several nodes also one sampler per node
     (``srun --overlap``, one task per node), which writes ``interference-<host>.json`` into
     ``workdir`` (shared by the nodes, as ReFrame's stage directory is) when ``stop`` creates
-    the stop file. The samplers carry the job's token, so they count as the job's own work.
+    the stop file. The samplers carry the job's token, so they count as the job's own work,
+    and this process's identity (``FABREG_MEASURE_DRIVER``), so a sampler on its host counts
+    it as the job's own too.
     """
 
     def __init__(self, token: str, workdir: Path, interval: float = 0.25,
@@ -463,7 +499,8 @@ class JobMeter:
         self._local.start()
         if self.nodes > 1 and shutil.which("srun"):
             self.stop_file.unlink(missing_ok=True)
-            env = dict(os.environ, **{TOKEN_VARIABLE: self.token})
+            env = dict(os.environ, **{TOKEN_VARIABLE: self.token,
+                                      DRIVER_VARIABLE: harness_identity()})
             self._samplers = subprocess.Popen(
                 ["srun", "--overlap", f"--nodes={self.nodes}", f"--ntasks={self.nodes}",
                  "--ntasks-per-node=1", sys.executable, "-m", "fabreg.run.interference",
