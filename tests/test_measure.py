@@ -341,48 +341,6 @@ def test_what_a_job_step_daemon_reaps_of_the_jobs_processes_is_the_jobs_own(tmp_
     assert other.own_cpu_s < 0.1, other  # the child was seen once, before it burned
 
 
-def _step_of_job(tmp_path: Path, token: str, job: str, monkeypatch: pytest.MonkeyPatch):
-    """A step daemon's stand-in titled ``slurmstepd: [4242.0]`` starts a marked task that
-    burns 0.6 s and ends between the two samples of a meter whose job is ``job``, and waits
-    for it; it is never seen beside the task. Returns the meter's figure."""
-    work = tmp_path / job
-    work.mkdir()
-    go, done = work / "go", work / "done"
-    task = "import time\nwhile time.process_time() < 0.6: pass\n"
-    daemon = ("import os, subprocess, sys, time\n"
-              f"open('/proc/self/comm', 'w').write({interference.STEP_DAEMON!r})\n"
-              f"while not os.path.exists({str(go)!r}): time.sleep(0.02)\n"
-              f"env = dict(os.environ, {TOKEN_VARIABLE}={token!r})\n"
-              f"subprocess.run([sys.executable, '-c', {task!r}], env=env)\n"
-              f"open({str(done)!r}, 'w').close()\ntime.sleep(60)\n")
-    proc = subprocess.Popen(["bash", "-c", 'exec -a "slurmstepd: [4242.0]" "$0" -c "$1"',
-                             sys.executable, daemon])
-    try:
-        time.sleep(0.5)  # the daemon has its name and title
-        monkeypatch.setenv("SLURM_JOB_ID", job)
-        # own_pid=1: the daemon is not the meter's descendant, as slurmstepd is not
-        meter = InterferenceMeter(token, interval=60, own_pid=1).start()
-        go.touch()
-        _wait_for(done, "the task did not end")
-        return meter.stop()
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-def test_a_step_daemon_of_the_job_counts_tasks_it_was_never_seen_with(tmp_path, monkeypatch):
-    """MPICH's proxies and ranks of a 0.1-0.2 s launch start under a step daemon of the job
-    (``srun``) and end between two samples: no marked process is ever seen as its child. The
-    daemon's title names the job, so what it reaped is the job's own; a step daemon of
-    another job stays other work. Without it a 1-node MPICH alltoall on the emulated cluster
-    read as 30-60 % other work on a quiet host (session 44)."""
-    token = "t" + str(os.getpid())
-    ours = _step_of_job(tmp_path, token, "4242", monkeypatch)
-    theirs = _step_of_job(tmp_path, token, "4243", monkeypatch)
-    assert ours.own_cpu_s >= 0.55, ours
-    assert theirs.own_cpu_s < 0.1, theirs
-
-
 def test_a_process_checked_before_its_exec_is_checked_again_after_it(tmp_path):
     """A step daemon forks, then the child execs orted with the job's environment: a sample
     between the two reads the daemon's environment. Once its name changes it is checked

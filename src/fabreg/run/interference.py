@@ -163,15 +163,6 @@ def _marked(pid: int, marker: bytes) -> bool:
         return False
 
 
-def _titled(pid: int, title: bytes) -> bool:
-    """Does the process's command line (a daemon's title) start with ``title``?"""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read(len(title)) == title
-    except OSError:
-        return False
-
-
 @dataclass
 class _OwnProcess:
     """A marked process's CPU ticks over the window: its own and its waited-for children's."""
@@ -213,18 +204,15 @@ class InterferenceMeter:
     daemon's children used counts as the job's own once a marked process was seen as its
     child (a step daemon runs the tasks of one step only). Without it a 4-node allreduce on
     the emulated cluster lost a third of its own time and read as 21-25 % other work
-    (session 15). A step daemon that names this job (``slurmstepd: [JOB.STEP]``, the job
-    being ``SLURM_JOB_ID``) runs the job's tasks whether or not one was seen: MPICH's
-    proxies and ranks of a 0.1-0.2 s launch, started through ``srun``, live and end between
-    two samples, and a 1-node MPICH alltoall read as 30-60 % other work on a quiet host
-    (session 44). A process first seen between fork and exec still carries its parent's
+    (session 15). A process first seen between fork and exec still carries its parent's
     environment; it is checked again when exec changes its name.
 
     ``driver``: the (PID, start) of the in-job driver, for a node's sampler on the driver's
     host (the emulated cluster), counted as the job's own as the job script is: it reaps the
     launches, and one that lives and ends between two samples (an Open MPI matrix multiply of
     0.2-0.9 s) reaches the figure through it alone. Without it the remote node of a 2-node
-    matrix multiply read 9-31 % other work on a quiet host, in 31 of 48 jobs (session 44).
+    matrix multiply read 10-33 % other work on a quiet host in 9 of 16 jobs (0 of 16 with
+    it; session 44).
     """
 
     def __init__(self, token: str, interval: float = 0.25, own_pid: int | None = None,
@@ -232,9 +220,6 @@ class InterferenceMeter:
                  driver: tuple[int, int] | None = None) -> None:
         self.job_script = job_script
         self.driver = driver
-        #: What this job's step daemons call themselves (``slurmstepd: [JOB.``), or None.
-        job = os.environ.get("SLURM_JOB_ID", "")
-        self._step_title = f"slurmstepd: [{job}.".encode() if job.isdigit() else None
         self.marker = f"{TOKEN_VARIABLE}={token}".encode()
         self.interval = interval
         self.own_pid = os.getpid() if own_pid is None else own_pid
@@ -316,8 +301,6 @@ class InterferenceMeter:
                 if waiter is None:
                     waiter = self._daemons[key] = _OwnProcess(
                         0, 0, 0 if born else stat.children_ticks, 0, None, 0)
-                    if self._step_title and _titled(pid, self._step_title):
-                        self._waiters.add(key)
                 waiter.last_children, waiter.seen = stat.children_ticks, self._samples
             if kind == "harness" or stat.comm in SCHEDULER_DAEMONS:
                 self._harness.setdefault(key, [first, 0])[1] = stat.cpu_ticks
