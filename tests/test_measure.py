@@ -408,7 +408,7 @@ def test_the_harness_that_launched_the_job_is_not_other_work(tmp_path, monkeypat
     token = "t" + str(os.getpid())
     busy = "import time\nt = time.process_time()\nwhile time.process_time() < t + 0.6: pass\n"
     # the harness: this test process itself, seen by a meter that is not this process
-    monkeypatch.setenv(interference.HARNESS_VARIABLE, interference.harness_identity())
+    monkeypatch.setenv(interference.HARNESS_VARIABLE, interference.process_identity())
     figures = []
     for harness in (True, False):
         if not harness:

@@ -121,7 +121,7 @@ def boot_id(proc: Path = procfs.PROC) -> str:
         return ""
 
 
-def harness_identity() -> str:
+def process_identity() -> str:
     """This process as another one can tell it: its boot, PID and start time (the value of
     ``FABREG_HARNESS`` for ReFrame's process, of ``FABREG_MEASURE_DRIVER`` for a driver's)."""
     me = procfs.read_stat(os.getpid())
@@ -130,7 +130,7 @@ def harness_identity() -> str:
 
 def _identified(variable: str) -> tuple[int, int] | None:
     """The (PID, start) of the process the environment ``variable`` names
-    (:func:`harness_identity`) when it runs on this host; None otherwise."""
+    (:func:`process_identity`) when it runs on this host; None otherwise."""
     boot, _, rest = os.environ.get(variable, "").partition(":")
     pid, _, start = rest.partition(":")
     if not boot or boot != boot_id() or not pid.isdigit() or not start.isdigit():
@@ -483,7 +483,7 @@ class JobMeter:
         if self.nodes > 1 and shutil.which("srun"):
             self.stop_file.unlink(missing_ok=True)
             env = dict(os.environ, **{TOKEN_VARIABLE: self.token,
-                                      DRIVER_VARIABLE: harness_identity()})
+                                      DRIVER_VARIABLE: process_identity()})
             self._samplers = subprocess.Popen(
                 ["srun", "--overlap", f"--nodes={self.nodes}", f"--ntasks={self.nodes}",
                  "--ntasks-per-node=1", sys.executable, "-m", "fabreg.run.interference",

@@ -24,7 +24,7 @@ from reframe.core.builtins import parameter, run_after
 
 from fabreg.run import client_server
 from fabreg.run.client_server import Figure
-from fabreg.run.interference import HARNESS_VARIABLE, harness_identity
+from fabreg.run.interference import HARNESS_VARIABLE, process_identity
 from fabreg.testlib.base import FabregCheck, node_counts
 from fabreg.testlib.measurement import ConfirmedValues
 
@@ -59,7 +59,7 @@ class ClientServerCheck(ConfirmedValues, FabregCheck):
             fail_limits=self.failure_limits(figures), warn_limits=self.warning_limits(figures),
             **self.confirmation_settings(),
         ).save(Path(self.stagedir, client_server.PLAN))
-        self.env_vars[HARNESS_VARIABLE] = harness_identity()
+        self.env_vars[HARNESS_VARIABLE] = process_identity()
         self.job.launcher = getlauncher("local")()
         self.executable = sys.executable
         self.executable_opts = ["-m", "fabreg.run.client_server", client_server.PLAN]

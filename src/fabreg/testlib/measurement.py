@@ -48,7 +48,7 @@ from fabreg.run.interference import (
     CONTENDED_SHARE,
     HARNESS_VARIABLE,
     contention_text,
-    harness_identity,
+    process_identity,
 )
 from fabreg.run.launch import KNOWN_HANG_GRACE_S
 from fabreg.run.references import Assessment
@@ -303,7 +303,7 @@ class RepeatedMeasurement(ConfirmedValues):
             return
         command = [*self.launcher_argv(), self.executable]
         self.measurement_plan(command).save(Path(self.stagedir, measure.PLAN))
-        self.env_vars[HARNESS_VARIABLE] = harness_identity()
+        self.env_vars[HARNESS_VARIABLE] = process_identity()
         self.job.launcher = getlauncher("local")()
         self.executable = sys.executable
         self.executable_opts = ["-m", "fabreg.run.measure", measure.PLAN]

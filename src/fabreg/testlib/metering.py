@@ -22,7 +22,7 @@ from fabreg.run.interference import (
     HARNESS_VARIABLE,
     TOKEN_VARIABLE,
     contention_text,
-    harness_identity,
+    process_identity,
 )
 from fabreg.run.references import Assessment
 from fabreg.testlib.base import stage_json
@@ -49,7 +49,7 @@ class MeteredJob(rfm.RegressionTestPlugin):
     @run_before("run")
     def meter_the_job(self) -> None:
         self.env_vars[TOKEN_VARIABLE] = uuid.uuid4().hex
-        self.env_vars[HARNESS_VARIABLE] = harness_identity()
+        self.env_vars[HARNESS_VARIABLE] = process_identity()
         sampler = " ".join(shlex.quote(a) for a in (
             sys.executable, "-m", "fabreg.run.interference", FIGURE, STOP))
         self.prerun_cmds = [f"rm -f {STOP}; {sampler} &", *self.prerun_cmds]

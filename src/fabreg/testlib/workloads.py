@@ -23,7 +23,7 @@ from reframe.core.exceptions import ReframeError, SanityError
 
 from fabreg import schema
 from fabreg.run import providers, repeat_probe
-from fabreg.run.interference import HARNESS_VARIABLE, harness_identity
+from fabreg.run.interference import HARNESS_VARIABLE, process_identity
 from fabreg.testlib.base import reframe_errors
 from fabreg.testlib.build_cache import ProbeBuildCacheMixin
 from fabreg.testlib.builds import BuildsApartMixin
@@ -156,7 +156,7 @@ class RepeatedProbe(ConfirmedValues):
             baseline_figures=recorded, hang_note=self.hang_note(),
             **self.confirmation_settings(),
         ).save(Path(self.stagedir, repeat_probe.PLAN))
-        self.env_vars[HARNESS_VARIABLE] = harness_identity()
+        self.env_vars[HARNESS_VARIABLE] = process_identity()
         self.job.launcher = getlauncher("local")()
         self.executable = sys.executable
         self.executable_opts = ["-m", "fabreg.run.repeat_probe", repeat_probe.PLAN]
