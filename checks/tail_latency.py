@@ -26,13 +26,11 @@ collective algorithm is a parameter, so algorithms compare under the same enviro
 
 import json
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
 import reframe as rfm
 import reframe.utility.sanity as sn
-from reframe.core.backends import getlauncher
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
 from reframe.core.logging import getlogger
@@ -204,11 +202,8 @@ class TailLatency(ConfirmationSettings, MeteredJob, ProbeCheck):
             run_s=self.run_seconds, **self.confirmation_settings(),
             hang_note=self.hang_note(), step_note=self.step_note(),
         ).save(Path(self.stagedir, tail_environment.PLAN))
-        self.job.launcher = getlauncher("local")()
-        self.executable = sys.executable
-        self.executable_opts = ["-m", "fabreg.run.tail_environment", tail_environment.PLAN]
-        self.keep_files = [*self.keep_files, tail_environment.PLAN, tail_environment.RESULT,
-                           "tail_run*.out", "tail_calibrate*.out"]
+        self.hand_to_driver("fabreg.run.tail_environment", tail_environment.PLAN,
+                            [tail_environment.RESULT, "tail_run*.out", "tail_calibrate*.out"])
 
     def environment_result(self) -> dict[str, Any]:
         path = Path(self.stagedir, tail_environment.RESULT)

@@ -15,16 +15,13 @@ measurements and the CPU time other work took are logged.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
-from reframe.core.backends import getlauncher
 from reframe.core.builtins import parameter, run_after
 
 from fabreg.run import client_server
 from fabreg.run.client_server import Figure
-from fabreg.run.interference import HARNESS_VARIABLE, process_identity
 from fabreg.testlib.base import FabregCheck, node_counts
 from fabreg.testlib.measurement import ConfirmedValues
 
@@ -59,14 +56,10 @@ class ClientServerCheck(ConfirmedValues, FabregCheck):
             fail_limits=self.failure_limits(figures), warn_limits=self.warning_limits(figures),
             **self.confirmation_settings(),
         ).save(Path(self.stagedir, client_server.PLAN))
-        self.env_vars[HARNESS_VARIABLE] = process_identity()
-        self.job.launcher = getlauncher("local")()
-        self.executable = sys.executable
-        self.executable_opts = ["-m", "fabreg.run.client_server", client_server.PLAN]
         runs = self.repeats + self.confirm_runs
-        self.keep_files = [*self.keep_files, client_server.PLAN, client_server.RESULT,
-                           client_server.SERVER_OUT, *(client_server.repeat_output(i)
-                                                       for i in range(1, runs + 1))]
+        self.hand_to_driver("fabreg.run.client_server", client_server.PLAN, [
+            client_server.RESULT, client_server.SERVER_OUT,
+            *(client_server.repeat_output(i) for i in range(1, runs + 1))])
 
     def measured(self) -> dict[str, Any] | None:
         return self.driver_result(client_server.RESULT)

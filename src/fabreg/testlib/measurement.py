@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,17 @@ class ConfirmationSettings(rfm.RegressionTestPlugin):
 
     def lasting_failures(self) -> str:
         return lasting_failures_dir(self.stagedir)
+
+    def hand_to_driver(self, module: str, plan: str, kept: Sequence[str]) -> None:
+        """Run the job as ``python -m module plan``: the in-job driver launches, repeats and
+        confirms the benchmark itself, so the job runs it with the local launcher, naming
+        ReFrame's process as the harness. ``kept``: what the driver writes that the job
+        keeps, beside ``plan``."""
+        self.env_vars[HARNESS_VARIABLE] = process_identity()
+        self.job.launcher = getlauncher("local")()
+        self.executable = sys.executable
+        self.executable_opts = ["-m", module, plan]
+        self.keep_files = [*self.keep_files, plan, *kept]
 
     def host_control_figures(self) -> tuple[str, ...]:
         """The host control figures on this check's software path: its ``transport``'s."""
@@ -303,11 +315,7 @@ class RepeatedMeasurement(ConfirmedValues):
             return
         command = [*self.launcher_argv(), self.executable]
         self.measurement_plan(command).save(Path(self.stagedir, measure.PLAN))
-        self.env_vars[HARNESS_VARIABLE] = process_identity()
-        self.job.launcher = getlauncher("local")()
-        self.executable = sys.executable
-        self.executable_opts = ["-m", "fabreg.run.measure", measure.PLAN]
-        self.keep_files = [*self.keep_files, measure.PLAN, measure.RESULT]
+        self.hand_to_driver("fabreg.run.measure", measure.PLAN, [measure.RESULT])
 
     def variables_of(self, key: str) -> list[str]:
         return self.variables_at(int(key))

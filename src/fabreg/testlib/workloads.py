@@ -11,19 +11,16 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import reframe as rfm
 import reframe.utility.sanity as sn
-from reframe.core.backends import getlauncher
 from reframe.core.builtins import fixture, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import ReframeError, SanityError
 
 from fabreg import schema
 from fabreg.run import providers, repeat_probe
-from fabreg.run.interference import HARNESS_VARIABLE, process_identity
 from fabreg.testlib.base import reframe_errors
 from fabreg.testlib.build_cache import ProbeBuildCacheMixin
 from fabreg.testlib.builds import BuildsApartMixin
@@ -156,12 +153,8 @@ class RepeatedProbe(ConfirmedValues):
             baseline_figures=recorded, hang_note=self.hang_note(),
             **self.confirmation_settings(),
         ).save(Path(self.stagedir, repeat_probe.PLAN))
-        self.env_vars[HARNESS_VARIABLE] = process_identity()
-        self.job.launcher = getlauncher("local")()
-        self.executable = sys.executable
-        self.executable_opts = ["-m", "fabreg.run.repeat_probe", repeat_probe.PLAN]
-        self.keep_files = [*self.keep_files, repeat_probe.PLAN, repeat_probe.RESULT,
-                           "probe-run*.out"]
+        self.hand_to_driver("fabreg.run.repeat_probe", repeat_probe.PLAN,
+                            [repeat_probe.RESULT, "probe-run*.out"])
 
     def measured(self) -> dict[str, Any] | None:
         return self.driver_result(repeat_probe.RESULT)
