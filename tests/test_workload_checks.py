@@ -218,6 +218,32 @@ def test_fan_in_fails_as_unfair_only_when_every_run_is_unfair(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not have("mpicc.mpich"), reason="MPICH is not installed")
+def test_tail_latency_of_busy_polling_ranks_on_too_few_cpus_is_skipped_saying_why(tmp_path):
+    """A loaded tail environment on one node runs 4 ranks; on fewer CPUs MPICH's ranks,
+    which busy-poll, would measure the OS scheduler's time slices: those cases are skipped,
+    saying so, and the quiet one (2 ranks) and Open MPI's (which yields) are not. A dry run
+    of the check passes: nothing ran, so there is nothing to read or judge."""
+    proc = run_reframe("--dry-run", "-n", "TailLatency%.*case=allreduce:default",
+                       "-p", "openmpi|mpich", perflog_dir=tmp_path / "p", cwd=tmp_path)
+    out = _out(proc)
+    assert proc.returncode == 0, out[-4000:]
+    skipped = re.findall(r"SKIP.*\] \(.*\) TailLatency .*%environment=(\w+) .*\+(\w+) \[(.*)\]",
+                         out)
+    cpus = os.cpu_count() or 1
+    if cpus >= 4:
+        assert not skipped, skipped
+        return
+    assert sorted((env, mpi) for env, mpi, _ in skipped) == [
+        ("high_tail", "mpich"), ("low_tail", "mpich")], skipped
+    for _, _, why in skipped:
+        assert why == (f"4 ranks on {cpus} CPUs: MPICH's ch4:ucx device polls for messages "
+                       "without yielding the CPU, so the tail would be the OS scheduler's time "
+                       "slices, not the fabric's; run it on a node of 4 CPUs or more"), why
+    assert out.count("DRY") >= 4, out[-4000:]  # 3 of Open MPI's, MPICH's quiet one
+
+
+@pytest.mark.slow
 def test_mvapich2_infiniband_build_runs_more_ranks_than_cores(tmp_path):
     """MVAPICH2's mrail device pins a rank per core and stops in MPI_Init on more
     ("MV2_ENABLE_AFFINITY: oversubscribed cores"); a host of fewer cores than ranks
