@@ -21,7 +21,8 @@ background asleep and streaming, so each run also shows whether the background r
 measured ranks at all. A host busy with other work makes an environment ``inconclusive``
 (never a sanity failure); so does a target this host cannot reach, with the figures. The
 collective algorithm is a parameter, so algorithms compare under the same environment
-(fabreg.run.collectives says how each MPI is told).
+(fabreg.run.collectives says how each MPI is told). Where busy-polling ranks outnumber the
+CPUs they share, the tail would be the OS scheduler's time slices: the case is skipped.
 """
 
 import json
