@@ -166,9 +166,11 @@ class TailLatency(ConfirmationSettings, MeteredJob, ProbeCheck):
         if not cpus or ranks <= cpus:
             return
         spins = busy_polls(self.mpi, self.inventory())
-        where, instead = (f" ({nodes} nodes on one machine's cores)",
-                          "nodes with cores of their own") if nodes > 1 else (
-                          "", f"a node of {ranks} CPUs or more")
+        if nodes > 1:
+            where = f" ({nodes} nodes on one machine's cores)"
+            instead = "nodes with cores of their own"
+        else:
+            where, instead = "", f"a node of {ranks} CPUs or more"
         self.skip_if(bool(spins), f"{ranks} ranks on {cpus} CPUs{where}: {spins}, so the tail "
                                   "would be the OS scheduler's time slices, not the fabric's; "
                                   f"run it on {instead}")
