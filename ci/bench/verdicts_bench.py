@@ -41,7 +41,7 @@ from fabreg.schema import lower_is_better
 REPO = Path(__file__).resolve().parents[2]
 REFRAME = Path(sys.executable).parent / "reframe"
 FABREG = [sys.executable, "-m", "fabreg.cli"]
-COMMON = ["-p", "openmpi", "-S", "perf_sizes=1048576", "-S", "iterations=20", "-S", "warmup=2",
+COMMON = ["-S", "perf_sizes=1048576", "-S", "iterations=20", "-S", "warmup=2",
           "-S", "repeats=5", "-S", "time_limit=5m"]
 #: node count -> the cases that cross node2's link: (check, its ReFrame name filter)
 CASES = {
@@ -56,9 +56,9 @@ def run(cmd: list[str], env: dict[str, str], **kw) -> subprocess.CompletedProces
 
 
 def reframe(work: Path, checks: Path, env: dict[str, str], cases: list[tuple[str, str]],
-            *extra: str, repo: Path = REPO) -> tuple[dict[str, str], float]:
-    """One ReFrame session (with the suite in ``repo``); returns each case's verdict
-    (pass/fail/inconclusive/error) and the session's seconds."""
+            *extra: str, mpi: str, repo: Path = REPO) -> tuple[dict[str, str], float]:
+    """One ReFrame session of ``mpi``'s cases (with the suite in ``repo``); returns each
+    case's verdict (pass/fail/inconclusive/error) and the session's seconds."""
     work.mkdir(parents=True)
     start = time.monotonic()
     names = [arg for _, name in cases for arg in ("-n", name)]
@@ -67,8 +67,8 @@ def reframe(work: Path, checks: Path, env: dict[str, str], cases: list[tuple[str
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo / "src"),
                                                           env.get("PYTHONPATH")]))
     run([str(REFRAME), "-C", str(repo / "reframe-config.py"), "-c", str(checks), "--prefix",
-         str(work), "--system", "minicluster", "-r", *names, *COMMON, *extra], env, cwd=work,
-        timeout=3600)
+         str(work), "--system", "minicluster", "-r", *names, "-p", mpi, *COMMON, *extra], env,
+        cwd=work, timeout=3600)
     seconds = time.monotonic() - start
     verdicts = {}
     for check, _ in cases:
@@ -134,6 +134,8 @@ def main() -> int:
                         help="failing jobs in the capped session that is timed (0: none)")
     parser.add_argument("--before", metavar="REV",
                         help="also time the capped session with the suite at this revision")
+    parser.add_argument("--mpi", default="openmpi", choices=("openmpi", "mpich", "mvapich2"),
+                        help="the MPI whose cases are judged (default: openmpi)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary directory (cluster logs, stage, perflogs)")
     args = parser.parse_args()
@@ -153,7 +155,7 @@ def main() -> int:
         (checks / "references").mkdir()
         cal = tmp / "calibrate"
         t0 = time.monotonic()
-        reframe(cal, checks, env, cases, "--repeat", str(args.calibration_runs))
+        reframe(cal, checks, env, cases, "--repeat", str(args.calibration_runs), mpi=args.mpi)
         db = tmp / "fabreg.db"
         run([*FABREG, "ingest", "-q", "--db", str(db), str(cal / "perflogs")], env, check=True)
         calibrated = run([*FABREG, "references", "calibrate", "--system", "minicluster",
@@ -172,6 +174,11 @@ def main() -> int:
         lines = baseline.read_text().splitlines()
         print("  bandwidth row:", *[lines[i - 1].strip("# ") for i, line in enumerate(lines)
                                      if "metric: bandwidth" in line][:1])
+        for other in rows:  # the 4-node allreduce's row, which the capped link also crosses
+            if other is not row and other["benchmark"] != "host_control":
+                worse = "+" if lower_is_better(other["metric"], other["unit"]) else "-"
+                print(f"  {other['benchmark']} {other['metric']}: {other['value']:g} "
+                      f"{other['unit']}, fail {worse}{other['fail']:.0%}")
         for line in calibrated.stdout.splitlines():
             if line.startswith("left out"):
                 print(f"  calibration {line}")
@@ -180,7 +187,7 @@ def main() -> int:
             rate = f"{int(value * fraction * 8)}mbit"
             run([*cluster, "degrade", "node2", "--rate", rate], env, check=True)
             try:
-                return reframe(tmp / label, checks, env, cases)
+                return reframe(tmp / label, checks, env, cases, mpi=args.mpi)
             finally:
                 run([*cluster, "restore"], env, check=True)
 
@@ -190,7 +197,7 @@ def main() -> int:
             for span in spans:  # alternating: a slow spell of the host meets every span
                 extra = ["-S", f"confirm_span={span}"] if span else []
                 healthy[span].append(reframe(tmp / f"healthy{i}-{span}", checks, env, cases,
-                                             *extra))
+                                             *extra, mpi=args.mpi))
         half = [capped(0.5, f"half{i}")
                 for i in range(args.capped_repetitions or args.repetitions)]
         sweep = {f: capped(f, f"cap{f}")[0] for f in map(float, args.fractions.split(","))}
@@ -253,7 +260,7 @@ def main() -> int:
                 try:
                     work = tmp / f"session-{label}"
                     _, took = reframe(work, where, env, cases, "--repeat",
-                                      str(args.session_jobs), repo=repo)
+                                      str(args.session_jobs), mpi=args.mpi, repo=repo)
                 finally:
                     run([*cluster, "restore"], env, check=True)
                 sessions[label] = {"seconds": round(took, 1), "verdicts": [
