@@ -156,13 +156,8 @@ class StreamsFanIn(StreamsBase):
         """With more ranks than the node has CPUs and an MPI whose idle ranks keep spinning,
         each stream's share is the OS scheduler's, not the fabric's: MVAPICH2's InfiniBand
         device on a 2-CPU node gave slowest/fastest 0.43-0.83 where Open MPI gave 0.90-0.99."""
-        ranks, cpus = self.placement()[1], self.node_cpus()
-        if not cpus or ranks <= cpus:
-            return
-        spins = polls_without_yielding(self.mpi, self.inventory())
-        self.skip_if(bool(spins), f"{ranks} ranks on a node of {cpus} CPUs: {spins}, so the "
-                                  "streams' shares would be the OS scheduler's, not the "
-                                  f"fabric's; run the fan-in on nodes of {ranks} CPUs or more")
+        reason = self.time_slices_reason("streams' shares", polls_without_yielding)
+        self.skip_if(bool(reason), reason)
 
     def baseline_launch(self) -> tuple[list[str], dict[str, str]]:
         command = [*launcher_argv(self, 2), self.probe_path(), *self.probe_options("pairs")]

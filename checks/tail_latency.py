@@ -39,7 +39,6 @@ from reframe.core.logging import getlogger
 from fabreg.run import collectives, tail_environment
 from fabreg.run.parsers.probes import TailLatencyResult, parse_tail_latency
 from fabreg.run.references import Assessment
-from fabreg.run.transport import busy_polls
 from fabreg.testlib.measurement import (
     ConfirmationSettings,
     confirmed_verdicts,
@@ -157,23 +156,9 @@ class TailLatency(ConfirmationSettings, MeteredJob, ProbeCheck):
         allreduce had a p50 of 24-52 ms where Open MPI's, which yields, had 0.13-0.46 ms on
         the same links, and its calibration steps' p99/p50 did not follow the background
         (3.0 and 25 at the same step). A link at half speed adds tens of microseconds to
-        that; the case is skipped, saying so. Where the nodes share one machine's cores
-        (``extras['oversubscribe']``, the emulated cluster) all the job's ranks share them."""
-        nodes, per_node = self.placement()
-        cpus = self.node_cpus()
-        shared = self.is_local() or self.current_partition.extras.get("oversubscribe")
-        ranks = nodes * per_node if shared else per_node
-        if not cpus or ranks <= cpus:
-            return
-        spins = busy_polls(self.mpi, self.inventory())
-        if nodes > 1:
-            where = f" ({nodes} nodes on one machine's cores)"
-            instead = "nodes with cores of their own"
-        else:
-            where, instead = "", f"a node of {ranks} CPUs or more"
-        self.skip_if(bool(spins), f"{ranks} ranks on {cpus} CPUs{where}: {spins}, so the tail "
-                                  "would be the OS scheduler's time slices, not the fabric's; "
-                                  f"run it on {instead}")
+        that; the case is skipped, saying so (``MpiCheck.time_slices_reason``)."""
+        reason = self.time_slices_reason("tail")
+        self.skip_if(bool(reason), reason)
 
     @run_after("setup")
     def select_algorithm(self) -> None:
