@@ -242,22 +242,25 @@ def test_more_ranks_on_a_node_than_its_cpus_run_overcommitted(cluster, tmp_path)
 
 def test_busy_polling_ranks_of_nodes_that_share_the_cores_skip_their_collective(
         cluster, tmp_path):
-    """Two ranks on each of two emulated nodes: 4 ranks on the machine's 2 cores. MPICH's,
-    which busy-poll, would time the scheduler's slices, so its collective across the nodes is
-    skipped before its job, saying so; on one node (2 ranks) it is not, nor is Open MPI's
-    (which yields). A dry run: nothing is measured, only what would run is decided."""
+    """As many ranks on each of two emulated nodes as the machine has cores: twice as many
+    ranks as the cores they share. MPICH's, which busy-poll, would time the scheduler's
+    slices, so its collective across the nodes is skipped before its job, saying so; on one
+    node (a rank per core) it is not, nor is Open MPI's (which yields). A dry run: nothing is
+    measured, only what would run is decided."""
+    cpus = os.cpu_count() or 1  # what each emulated node declares
     proc = run_reframe("--system", "minicluster", "--dry-run", "-p", "openmpi|mpich",
                        "-n", "OsuAllreduce%transport=tcp%nodes=2", "-n",
-                       "OsuAllreduce%transport=shm%nodes=1", "-S", "ranks_per_node=2",
+                       "OsuAllreduce%transport=shm%nodes=1", "-S", f"ranks_per_node={cpus}",
                        perflog_dir=tmp_path / "perflogs", cwd=tmp_path, env=cluster.env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     skipped = re.findall(r"SKIP.*\] \(.*\) OsuAllreduce %transport=(\w+) .*\+(\w+) \[(.*)\]",
                          out)
-    assert skipped == [("tcp", "mpich", "4 ranks on 2 CPUs (2 nodes on one machine's cores): "
-                        "MPICH's ch4:ucx device polls for messages without yielding the CPU, "
-                        "so the collective's time would be the OS scheduler's time slices, not "
-                        "the fabric's; run it on nodes with cores of their own")], skipped
+    assert skipped == [("tcp", "mpich", f"{2 * cpus} ranks on {cpus} CPUs (2 nodes on one "
+                        "machine's cores): MPICH's ch4:ucx device polls for messages without "
+                        "yielding the CPU, so the collective's time would be the OS scheduler's "
+                        "time slices, not the fabric's; run it on nodes with cores of their "
+                        "own")], skipped
     ok = re.findall(r"OK.*\] \(.*\) OsuAllreduce %transport=(\w+) .*\+(\w+)$", out, re.M)
     assert sorted(ok) == [("shm", "mpich"), ("shm", "openmpi"), ("tcp", "openmpi")], ok
 

@@ -500,11 +500,11 @@ class OsuCollective(OsuCheck):
 
     @run_after("setup")
     def skip_a_collective_of_time_slices(self) -> None:
-        """Ranks that busy-poll on fewer CPUs than they are wait for each other's time slices
-        at every step: on the emulated cluster (4 nodes on 2 cores) MPICH's 1 MiB allreduce
-        took 30-39 ms where Open MPI's took 2.4-3.8 ms on the same links, one job's repeats
-        spread by 57-101 %, and with a link at half speed it read 34-38 ms, caught in none of
-        5 sessions (``verdicts_bench.py --mpi mpich``); the case is skipped, saying so
+        """Busy-polling ranks that outnumber the CPUs they share wait for each other's time
+        slices at every step: on the emulated cluster (4 nodes on 2 cores) MPICH's 1 MiB
+        allreduce took 30-39 ms where Open MPI's took 2.4-3.8 ms on the same links, one job's
+        repeats spread by 57-101 %, and with a link at half speed it read 34-38 ms, caught in
+        none of 5 sessions (``verdicts_bench.py --mpi mpich``); the case is skipped, saying so
         (``MpiCheck.time_slices_reason``)."""
         reason = self.time_slices_reason("collective's time")
         self.skip_if(bool(reason), reason)
