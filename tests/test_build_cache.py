@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import have, run_reframe
+from conftest import CHECKS, have, run_reframe
 
 from fabreg.run import providers
 from fabreg.testlib import build_cache
@@ -97,7 +97,7 @@ def test_a_second_session_takes_the_probes_from_the_cache_and_checks_them(tmp_pa
         (tmp_path / session).mkdir()
         proc = run_reframe("-r", "-n", "OsuLatency", "-p", "openmpi", "-S", "repeats=1",
                            perflog_dir=tmp_path / session / "perflogs", cwd=tmp_path / session,
-                           env={"FABREG_BUILD_CACHE": str(cache)})
+                           env={"FABREG_BUILD_CACHE": str(cache)}, checks=CHECKS / "osu.py")
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
         # the fixture's stage directory (its dependents run from it) or its output directory
         build = next((tmp_path / session).rglob("OsuBinaries_*/rfm_build.out"))

@@ -17,13 +17,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, fabreg, run_reframe
+from conftest import CHECKS, REPO, fabreg, run_reframe
 
 from fabreg.run import procfs
 from fabreg.run.site_init import slurm_config
@@ -63,7 +63,7 @@ class Cluster:
         return subprocess.run(list(argv), capture_output=True, text=True, timeout=30,
                               env=env, check=False).stdout
 
-    def reframe(self, tmp: Path, *args: str, checks: Path = REPO / "checks",
+    def reframe(self, tmp: Path, *args: str, checks: Path | Sequence[Path] = CHECKS,
                 timeout: int = 1800) -> subprocess.CompletedProcess[str]:
         tmp.mkdir(parents=True, exist_ok=True)
         return run_reframe("--system", "minicluster", "-r", *args, checks=checks,
@@ -195,7 +195,8 @@ def test_the_clusters_squeue_backend_finds_its_job_completion_log(cluster, monke
 
 
 def test_quick_subset_runs_through_slurm_on_two_nodes(cluster, tmp_path):
-    proc = cluster.reframe(tmp_path, "--tag", "quick", "-n", "%transport=tcp%nodes=2", *FAST)
+    proc = cluster.reframe(tmp_path, "--tag", "quick", "-n", "%transport=tcp%nodes=2", *FAST,
+                           checks=CHECKS / "osu.py")  # the quick subset: its checks
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     seen_mpis = set()
@@ -231,7 +232,7 @@ def test_more_ranks_on_a_node_than_its_cpus_run_overcommitted(cluster, tmp_path)
     being refused by sbatch ("CPU count per node can not be satisfied")."""
     proc = cluster.reframe(tmp_path, "-n", "Matmul%transport=shm%nodes=1%mode=blocking"
                            "%matrix_size=512%ranks=4", "-p", "openmpi", "-S", "repeats=1",
-                           "-S", "time_limit=3m")
+                           "-S", "time_limit=3m", checks=CHECKS / "matmul.py")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     (row,) = _rows(tmp_path / "perflogs" / "minicluster" / "compute" / "Matmul.log")
@@ -251,7 +252,8 @@ def test_busy_polling_ranks_of_nodes_that_share_the_cores_skip_their_collective(
     proc = run_reframe("--system", "minicluster", "--dry-run", "-p", "openmpi|mpich",
                        "-n", "OsuAllreduce%transport=tcp%nodes=2", "-n",
                        "OsuAllreduce%transport=shm%nodes=1", "-S", f"ranks_per_node={cpus}",
-                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path, env=cluster.env)
+                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path, env=cluster.env,
+                       checks=CHECKS / "osu.py")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     skipped = re.findall(r"SKIP.*\] \(.*\) OsuAllreduce %transport=(\w+) .*\+(\w+) \[(.*)\]",
@@ -277,7 +279,9 @@ def test_workload_checks_run_across_two_nodes(cluster, tmp_path):
     selection = [arg for case in WORKLOAD_CASES for arg in ("-n", case)]
     # one measured run a case: how many a verdict takes is not what this test asserts
     proc = cluster.reframe(tmp_path, *selection, "-p", "openmpi|builtin", "-S", "repeats=1",
-                           "-S", "time_limit=3m")
+                           "-S", "time_limit=3m", checks=[
+                               CHECKS / f for f in ("ucx_perftest.py", "streams.py",
+                                                    "tail_latency.py", "matmul.py")])
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     perflogs = tmp_path / "perflogs" / "minicluster" / "compute"
@@ -524,7 +528,8 @@ def test_reservation_pins_the_run_to_the_reserved_node(cluster, tmp_path):
     try:
         cluster.env["FABREG_RESERVATION"] = "fabric-change"
         proc = cluster.reframe(tmp_path, "-n", "OsuLatency%transport=shm%nodes=1",
-                               "-p", "openmpi", "-S", "time_limit=3m")
+                               "-p", "openmpi", "-S", "time_limit=3m",
+                               checks=CHECKS / "osu.py")
     finally:
         cluster.env.pop("FABREG_RESERVATION")
         cluster.slurm("scontrol", "delete", "reservationname=fabric-change")

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import CHECKS, REPO
 from test_cluster import Cluster, brought_up
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -41,7 +41,7 @@ def _fabreg(*args: str) -> subprocess.CompletedProcess[str]:
 
 def _sweep(cl: Cluster, work: Path) -> tuple[subprocess.CompletedProcess[str], dict, int]:
     """One sweep session; (reframe, `fabreg isolate --format json`, its exit status)."""
-    proc = cl.reframe(work, *SWEEP, timeout=900)
+    proc = cl.reframe(work, *SWEEP, checks=CHECKS / "sweep.py", timeout=900)
     db = work / "fabreg.db"
     ingest = _fabreg("ingest", str(work / "perflogs"), "--db", str(db))
     assert ingest.returncode == 0, ingest.stdout + ingest.stderr + proc.stdout[-4000:]

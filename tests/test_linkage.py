@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, have, run_reframe
+from conftest import CHECKS, REPO, have, run_reframe
 
 from fabreg.run.linkage import (
     ExpectedMpi,
@@ -161,7 +161,8 @@ def test_an_osu_prefix_built_against_mpich_fails_the_openmpi_binaries_fixture(tm
                    timeout=600)
     env = {"FABREG_OSU_PREFIX_OPENMPI": str(prefix), "FABREG_PROVIDER": "auto"}
     proc = run_reframe("-r", "-n", "OsuLatency", "-p", "openmpi",
-                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path, env=env)
+                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path, env=env,
+                       checks=CHECKS / "osu.py")
     out = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode != 0
     expected = _expected("openmpi")

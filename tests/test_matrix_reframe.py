@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import REPO, have, run_reframe
+from conftest import CHECKS, REPO, have, run_reframe
 
 PT2PT = {"OsuLatency", "OsuBandwidth", "OsuBiBandwidth"}
 COLLECTIVES = {"OsuAllreduce", "OsuBcast", "OsuAlltoall", "OsuReduce", "OsuAllgather"}
@@ -111,7 +111,8 @@ def test_rdma_transports_are_skipped_with_the_reason_never_passed(tmp_path):
     config = derived_config(tmp_path, {"max_nodes": 2})
     proc = run_reframe("-r", "-n", "OsuLatency%transport=ucx_rc", "-n",
                        "OsuLatency%transport=ucx_ud", "-n", "OsuLatency%transport=ucx_dc",
-                       config=config, perflog_dir=tmp_path / "p", cwd=tmp_path)
+                       config=config, perflog_dir=tmp_path / "p", cwd=tmp_path,
+                       checks=CHECKS / "osu.py")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "[       OK ]" not in out and "OK ]" not in out.replace("SKIP", "")
@@ -214,7 +215,8 @@ def test_run_forced_onto_another_transport_fails_verification(tmp_path):
     config = derived_config(tmp_path, {}, mpich_launcher=[
         "mpiexec.mpich", "-genv", "UCX_TLS", "tcp,self", "-n", "{num_tasks}"])
     proc = run_reframe("-r", "-n", "OsuLatency", "-p", "mpich", "-S", "perf_sizes=8",
-                       config=config, perflog_dir=tmp_path / "p", cwd=tmp_path)
+                       config=config, perflog_dir=tmp_path / "p", cwd=tmp_path,
+                       checks=CHECKS / "osu.py")
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "transport verification failed: asked for shm but traffic went over tcp " \

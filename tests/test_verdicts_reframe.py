@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, fabreg, run_reframe
+from conftest import CHECKS, REPO, fabreg, run_reframe
 
 from fabreg.run import tail_environment
 from fabreg.run.references import host_key
@@ -78,7 +78,8 @@ def _tail_latency(tmp_path: Path, cases: str, iterations: int, *options: str
     output and the perflog rows."""
     proc = run_reframe("-r", "-p", "openmpi", "-n", f"TailLatency%.*{cases}",
                        "-S", f"TailLatency.iterations={iterations}", "-S", "TailLatency.blocks=4",
-                       *options, perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+                       *options, perflog_dir=tmp_path / "perflogs", cwd=tmp_path,
+                       checks=CHECKS / "tail_latency.py")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     return out, _rows(tmp_path / "perflogs", "TailLatency")
@@ -256,7 +257,7 @@ def test_data_that_fails_validation_fails_the_check_though_no_measured_run_valid
     proc = run_reframe("-r", "-n", "OsuLatency", "-p", "openmpi", "-S", "curve_seconds=0.005",
                        perflog_dir=tmp_path / "perflogs", cwd=tmp_path,
                        env={"FABREG_OSU_PREFIX_OPENMPI": str(prefix),
-                            "FABREG_PROVIDER": "auto"})
+                            "FABREG_PROVIDER": "auto"}, checks=CHECKS / "osu.py")
     out = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode != 0 and "Failing phase: sanity" in out, out[-4000:]
     assert ("the validation run (-c, measure-validation.out): osu_latency: validation failed "

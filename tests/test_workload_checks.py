@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO, have, mvapich2_mrail_prefix, run_reframe
+from conftest import CHECKS, REPO, have, mvapich2_mrail_prefix, run_reframe
 from test_matrix_reframe import derived_config
 
 from fabreg import schema
@@ -80,7 +80,7 @@ def test_four_node_partition_places_probes_sensibly(tmp_path):
 def test_ucx_perftest_runs_tcp_and_posix_and_skips_the_rest(tmp_path):
     perflogs = tmp_path / "perflogs"
     proc = run_reframe("-r", "-n", "UcxPerftestLatency%.*ucx_test=tag_lat", perflog_dir=perflogs,
-                       cwd=tmp_path)
+                       cwd=tmp_path, checks=CHECKS / "ucx_perftest.py")
     out = _out(proc)
     assert proc.returncode == 0, out[-3000:]
     rows = {r["transport"]: r for r in _rows(perflogs, "UcxPerftestLatency")}
@@ -116,7 +116,7 @@ def test_a_figure_that_measures_no_property_of_the_transport_is_logged_not_judge
     perflogs = tmp_path / "perflogs"
     proc = run_reframe("-r", "-n", "UcxPerftestBandwidth%nodes=1%ucx_test=ucp_put_bw"
                        "%transport=tcp%buffer=host", "-S", "iterations=500",
-                       perflog_dir=perflogs, cwd=tmp_path)
+                       perflog_dir=perflogs, cwd=tmp_path, checks=CHECKS / "ucx_perftest.py")
     out = _out(proc)
     assert proc.returncode == 0, out[-3000:]
     (row,) = _rows(perflogs, "UcxPerftestBandwidth")
@@ -130,7 +130,8 @@ def test_a_figure_that_measures_no_property_of_the_transport_is_logged_not_judge
 @pytest.mark.skipif(not have("ib_write_lat"), reason="perftest is not installed")
 @pytest.mark.skipif(Path("/sys/class/infiniband").is_dir(), reason="this host has RDMA devices")
 def test_perftest_is_skipped_for_lack_of_a_device(tmp_path):
-    proc = run_reframe("-r", "-n", "IbWriteLat", perflog_dir=tmp_path / "p", cwd=tmp_path)
+    proc = run_reframe("-r", "-n", "IbWriteLat", perflog_dir=tmp_path / "p", cwd=tmp_path,
+                       checks=CHECKS / "perftest.py")
     out = _out(proc)
     assert proc.returncode == 0, out[-3000:]
     assert out.count("SKIP") >= 1  # polling only: RDMA write has no event completion
@@ -140,7 +141,7 @@ def test_perftest_is_skipped_for_lack_of_a_device(tmp_path):
     # first (event completion on RDMA write, -n not a multiple of -l 16: 30 cases failed so
     # on the emulated cluster, whose nodes, not the ReFrame host, decide)
     proc = run_reframe("-r", "-n", "^Ib", "-S", "detect_devices=false",
-                       perflog_dir=tmp_path / "p2", cwd=tmp_path)
+                       perflog_dir=tmp_path / "p2", cwd=tmp_path, checks=CHECKS / "perftest.py")
     out = _out(proc)
     assert proc.returncode == 0, out[-3000:]
     # every case the run went through, as ReFrame names it (with its parameters)
@@ -160,7 +161,8 @@ def test_probe_checks_write_perflogs_with_references_and_counters(tmp_path):
         "-r", "-p", "openmpi", "-n", "Streams%.*layout=pair$", "-n", "StreamsFanIn",
         "-n", "Matmul%.*mode=nonblocking%matrix_size=512%ranks=2",
         "-n", "TailLatency%.*case=allreduce:default%environment=low_tail",
-        perflog_dir=perflogs, cwd=tmp_path)
+        perflog_dir=perflogs, cwd=tmp_path,
+        checks=[CHECKS / f for f in ("streams.py", "matmul.py", "tail_latency.py")])
     out = _out(proc)
     assert proc.returncode == 0, out[-4000:]
     (pair,) = _rows(perflogs, "Streams")
@@ -208,7 +210,7 @@ def test_probe_checks_write_perflogs_with_references_and_counters(tmp_path):
 def test_fan_in_fails_as_unfair_only_when_every_run_is_unfair(tmp_path):
     # No fan-in is fairer than 1.0 (slowest = fastest): every run is "unfair" against 1.01.
     proc = run_reframe("-r", "-p", "openmpi", "-n", "StreamsFanIn", "-S", "min_fairness=1.01",
-                       perflog_dir=tmp_path / "p", cwd=tmp_path)
+                       perflog_dir=tmp_path / "p", cwd=tmp_path, checks=CHECKS / "streams.py")
     out = _out(proc)
     assert proc.returncode != 0
     assert "unfair fan-in in every one of 3 run(s): the fairest had stream rates" in out, out
@@ -225,7 +227,8 @@ def test_tail_latency_of_busy_polling_ranks_on_too_few_cpus_is_skipped_saying_wh
     saying so, and the quiet one (2 ranks) and Open MPI's (which yields) are not. A dry run
     of the check passes: nothing ran, so there is nothing to read or judge."""
     proc = run_reframe("--dry-run", "-n", "TailLatency%.*case=allreduce:default",
-                       "-p", "openmpi|mpich", perflog_dir=tmp_path / "p", cwd=tmp_path)
+                       "-p", "openmpi|mpich", perflog_dir=tmp_path / "p", cwd=tmp_path,
+                       checks=CHECKS / "tail_latency.py")
     out = _out(proc)
     assert proc.returncode == 0, out[-4000:]
     skipped = re.findall(r"SKIP.*\] \(.*\) TailLatency .*%environment=(\w+) .*\+(\w+) \[(.*)\]",
@@ -260,7 +263,8 @@ def test_mvapich2_infiniband_build_runs_more_ranks_than_cores(tmp_path):
     proc = run_reframe("-r", "-p", "mvapich2", "-n",
                        "Matmul%transport=shm%nodes=1%mode=blocking%matrix_size=512%ranks=4$",
                        "-n", "StreamsFanIn", perflog_dir=perflogs, cwd=tmp_path,
-                       env={"FABREG_MVAPICH2_PREFIX": str(prefix)})
+                       env={"FABREG_MVAPICH2_PREFIX": str(prefix)},
+                       checks=[CHECKS / "matmul.py", CHECKS / "streams.py"])
     out = _out(proc)
     assert proc.returncode == 0, out[-4000:]
     cpus = os.cpu_count() or 1
@@ -280,7 +284,8 @@ def test_mvapich2_infiniband_build_runs_more_ranks_than_cores(tmp_path):
 @pytest.mark.skipif(not have("mpicc.mpich"), reason="MPICH is not installed")
 def test_matmul_check_fails_on_a_wrong_answer(tmp_path):
     proc = run_reframe("-r", "-p", "mpich", "-n", "Matmul%.*mode=blocking%matrix_size=512%ranks=2",
-                       "-S", "corrupt=true", perflog_dir=tmp_path / "p", cwd=tmp_path)
+                       "-S", "corrupt=true", perflog_dir=tmp_path / "p", cwd=tmp_path,
+                       checks=CHECKS / "matmul.py")
     out = _out(proc)
     assert proc.returncode != 0
     assert "C differs from the known answer A*B (n=512, 2 ranks, blocking)" in out
