@@ -196,7 +196,7 @@ def test_the_clusters_squeue_backend_finds_its_job_completion_log(cluster, monke
 
 def test_quick_subset_runs_through_slurm_on_two_nodes(cluster, tmp_path):
     proc = cluster.reframe(tmp_path, "--tag", "quick", "-n", "%transport=tcp%nodes=2", *FAST,
-                           checks=CHECKS / "osu.py")  # the quick subset: its checks
+                           checks=CHECKS / "osu.py")  # every check tagged quick is in osu.py
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     seen_mpis = set()

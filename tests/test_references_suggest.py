@@ -238,7 +238,7 @@ def test_suggested_file_from_real_runs_gives_each_key_its_median(tmp_path: Path)
     perflogs = tmp_path / "perflogs"
     proc = run_reframe("-r", "--tag", "quick", "-p", "openmpi", "--repeat", "3",
                        "-S", "repeats=1", perflog_dir=perflogs, cwd=tmp_path,
-                       checks=CHECKS / "osu.py")  # the quick subset's checks
+                       checks=CHECKS / "osu.py")  # every check tagged quick is in osu.py
     # Whether a busy host meets the shipped references does not matter here: a
     # performance failure still writes its perflog line.
     assert "Ran " in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]

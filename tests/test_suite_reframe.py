@@ -97,7 +97,8 @@ def test_quick_run_writes_perflogs_with_values_units_and_references(tmp_path):
     """
     perflogs = tmp_path / "perflogs"
     proc = run_reframe("-r", "--tag", "quick", "-S", "repeats=1", perflog_dir=perflogs,
-                       cwd=tmp_path, checks=CHECKS / "osu.py")  # the quick subset's checks
+                       cwd=tmp_path,
+                       checks=CHECKS / "osu.py")  # every check tagged quick is in osu.py
     out = proc.stdout + proc.stderr
     phases = re.findall(r"\* Failing phase: (\S+)", out)
     assert set(phases) <= {"performance"}, out[-4000:]
