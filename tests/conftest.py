@@ -78,7 +78,7 @@ def run_reframe(*args: str, perflog_dir: Path, cwd: Path, timeout: int = 900,
     folder, or the check files a session needs)."""
     full_env = dict(os.environ, FABREG_PERFLOG_DIR=str(perflog_dir), **(env or {}))
     full_env.pop("RFM_CONFIG_FILES", None)
-    loaded = [checks] if isinstance(checks, Path) else list(checks)
+    loaded = [checks] if isinstance(checks, (str, os.PathLike)) else list(checks)
     cmd = [str(REFRAME), "-C", str(config), *(a for c in loaded for a in ("-c", str(c))),
            "--prefix", str(cwd), *args]
     return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True,
