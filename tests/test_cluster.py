@@ -349,7 +349,7 @@ def test_a_link_capped_at_half_its_calibrated_bandwidth_fails_then_restore_passe
     out of the first calibration, and the band does not follow it."""
     checks = tmp_path / "checks"
     checks.mkdir()
-    shutil.copy(REPO / "checks" / "osu.py", checks)
+    shutil.copy(CHECKS / "osu.py", checks)
     (checks / "references").mkdir()
     bandwidth = ["-n", "OsuBandwidth%transport=tcp%nodes=2", "-p", "openmpi",
                  "-S", "perf_sizes=1048576", "-S", "iterations=20", "-S", "warmup=2",
@@ -433,7 +433,7 @@ def test_another_job_on_the_same_node_makes_a_failing_value_inconclusive(cluster
     regression: `inconclusive`, with Slurm's `exclusive: no` and the other job named."""
     checks = tmp_path / "checks"
     checks.mkdir()
-    shutil.copy(REPO / "checks" / "osu.py", checks)
+    shutil.copy(CHECKS / "osu.py", checks)
     (checks / "references").mkdir()
     (checks / "references" / "minicluster.yaml").write_text(UNREACHABLE_BANDWIDTH)
     submitted = cluster.slurm("sbatch", "--parsable", "-w", "node1", "-n", "1",

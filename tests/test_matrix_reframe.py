@@ -127,7 +127,7 @@ def test_rdma_transports_are_skipped_with_the_reason_never_passed(tmp_path):
 @pytest.mark.slow
 def test_nightly_run_logs_transport_bands_deviation_missing_and_busbw(tmp_path):
     checks = tmp_path / "checks"
-    shutil.copytree(REPO / "checks", checks)
+    shutil.copytree(CHECKS, checks)
     # Deterministic bands whatever this machine's speed: any latency above 1e-6 us is in the
     # warning band (warn 0, fail 1e9); no bandwidth reaches 1e9 MB/s (failure band).
     (checks / "references" / "local.yaml").write_text(
@@ -181,7 +181,7 @@ def test_nightly_run_logs_transport_bands_deviation_missing_and_busbw(tmp_path):
 @pytest.mark.slow
 def test_acceptance_requires_references_repeats_and_tags_the_session(tmp_path):
     checks = tmp_path / "checks"
-    shutil.copytree(REPO / "checks", checks)
+    shutil.copytree(CHECKS, checks)
     (checks / "references" / "local.yaml").write_text(
         "references:\n"
         "  - {benchmark: osu_latency, metric: latency, value: 1000000, unit: us}\n")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, have, run_reframe
+from conftest import CHECKS, REPO, have, run_reframe
 
 from fabreg.run.providers import find_spack
 
@@ -124,7 +124,7 @@ def test_without_spack_the_spack_provider_falls_back_to_the_probes_and_says_so(t
     env["FABREG_SPACK_ROOT"] = str(tmp_path / "no-spack-here")
     checks = tmp_path / "checks"
     checks.mkdir()
-    shutil.copy(REPO / "checks" / "osu.py", checks)  # no references: figures are not the point
+    shutil.copy(CHECKS / "osu.py", checks)  # no references: figures are not the point
     perflogs = tmp_path / "perflogs"
     proc = run_reframe("-r", "-n", "OsuLatency", "-p", "openmpi", checks=checks,
                        perflog_dir=perflogs, cwd=tmp_path, env=env)
@@ -206,7 +206,7 @@ def test_spack_builds_the_probes_offline_and_a_check_runs_on_them(local_site, tm
     env["FABREG_SPACK_ROOT"] = str(SPACK.parents[1])
     checks = tmp_path / "checks"
     checks.mkdir()
-    shutil.copy(REPO / "checks" / "osu.py", checks)  # no references: figures are not the point
+    shutil.copy(CHECKS / "osu.py", checks)  # no references: figures are not the point
     perflogs = tmp_path / "perflogs"
     started = time.monotonic()
     proc = run_reframe("-r", "-n", "OsuLatency", "-p", "openmpi", checks=checks,
@@ -243,7 +243,7 @@ def test_a_failed_spack_build_fails_the_fixture_with_spacks_error_and_runs_nothi
                      FABREG_SPACK_SITE_CONFIG="", FABREG_SPACK_INSTALL_TREE=str(tmp_path / "t"))
     checks = tmp_path / "checks"
     checks.mkdir()
-    shutil.copy(REPO / "checks" / "osu.py", checks)
+    shutil.copy(CHECKS / "osu.py", checks)
     proc = run_reframe("-r", "-n", "OsuLatency", "-p", "openmpi", checks=checks,
                        perflog_dir=tmp_path / "perflogs", cwd=tmp_path, env=env)
     out = proc.stdout + proc.stderr

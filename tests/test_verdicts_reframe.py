@@ -57,7 +57,7 @@ CONTROL_MILDLY_UNMET = """\
 def _checks(tmp_path: Path) -> Path:
     checks = tmp_path / "checks"
     checks.mkdir()
-    shutil.copy(REPO / "checks" / "osu.py", checks)
+    shutil.copy(CHECKS / "osu.py", checks)
     (checks / "references").mkdir()
     (checks / "references" / "local.yaml").write_text(UNREACHABLE)
     return checks
@@ -339,8 +339,8 @@ def test_a_host_slow_by_less_than_the_drop_does_not_excuse_it(tmp_path):
 def test_a_new_host_is_missing_until_calibrated_then_judged_by_its_baseline(tmp_path):
     checks = tmp_path / "checks"
     checks.mkdir()
-    shutil.copy(REPO / "checks" / "osu.py", checks)
-    shutil.copytree(REPO / "checks" / "references", checks / "references")
+    shutil.copy(CHECKS / "osu.py", checks)
+    shutil.copytree(CHECKS / "references", checks / "references")
     latency = ["-n", "OsuLatency", "-p", "openmpi", "-S", "OsuLatency.iterations=2000"]
     first = run_reframe("-r", *latency, "--repeat", "5", checks=checks,
                         perflog_dir=tmp_path / "p1", cwd=tmp_path)
@@ -449,7 +449,7 @@ def test_a_quiet_tail_inside_its_warning_bands_is_measured_once_as_every_value_i
     are what a baseline is calibrated from: ``repeats`` runs."""
     checks = tmp_path / "checks"
     (checks / "references").mkdir(parents=True)
-    shutil.copy(REPO / "checks" / "tail_latency.py", checks)
+    shutil.copy(CHECKS / "tail_latency.py", checks)
     (checks / "references" / "local.yaml").write_text(TAIL_INSIDE)
     proc = run_reframe("-r", "-p", "openmpi", "-n",
                        "TailLatency%.*case=allreduce:(default|ring)%environment=quiet",
@@ -485,7 +485,7 @@ def test_a_confirmed_quiet_tail_failure_on_a_host_slower_than_its_control_is_inc
     figure in the perflog."""
     checks = tmp_path / "checks"
     (checks / "references").mkdir(parents=True)
-    shutil.copy(REPO / "checks" / "tail_latency.py", checks)
+    shutil.copy(CHECKS / "tail_latency.py", checks)
     (checks / "references" / "local.yaml").write_text(TAIL_UNREACHABLE + CONTROL_UNMET)
     proc = run_reframe("-r", "-p", "openmpi", "-n",
                        "TailLatency%.*case=allreduce:default%environment=quiet",
@@ -512,7 +512,7 @@ def test_a_client_server_failure_is_confirmed_in_the_job_spread_in_time(tmp_path
     measured again in the job, spread over the span, and fails with its first value logged."""
     checks = tmp_path / "checks"
     (checks / "references").mkdir(parents=True)
-    shutil.copy(REPO / "checks" / "ucx_perftest.py", checks)
+    shutil.copy(CHECKS / "ucx_perftest.py", checks)
     (checks / "references" / "local.yaml").write_text(
         "system: local\nreferences:\n  - {benchmark: ucx_perftest_tag_lat, metric: latency, "
         "size: 8, transport: tcp, nodes: 1, value: 0.001, unit: us, fail: 0.5}\n")
@@ -543,7 +543,7 @@ def test_a_matmul_failure_is_the_best_of_its_repeats_confirmed_in_the_job(tmp_pa
     time, before the test fails; the figures within their references are not."""
     checks = tmp_path / "checks"
     (checks / "references").mkdir(parents=True)
-    shutil.copy(REPO / "checks" / "matmul.py", checks)
+    shutil.copy(CHECKS / "matmul.py", checks)
     (checks / "references" / "local.yaml").write_text(
         "system: local\nreferences:\n"
         "  - {benchmark: fabreg_matmul, metric: gflops, size: 512, transport: shm, nodes: 1, "
