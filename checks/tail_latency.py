@@ -156,9 +156,8 @@ class TailLatency(ConfirmationSettings, MeteredJob, ProbeCheck):
         allreduce had a p50 of 24-52 ms where Open MPI's, which yields, had 0.13-0.46 ms on
         the same links, and its calibration steps' p99/p50 did not follow the background
         (3.0 and 25 at the same step). A link at half speed adds tens of microseconds to
-        that; the case is skipped, saying so (``MpiCheck.time_slices_reason``)."""
-        reason = self.time_slices_reason("tail")
-        self.skip_if(bool(reason), reason)
+        that; the case is skipped, saying so (``MpiCheck.skip_if_time_slices``)."""
+        self.skip_if_time_slices("tail")
 
     @run_after("setup")
     def select_algorithm(self) -> None:

@@ -564,17 +564,8 @@ def test_mvapich2_mrail_without_an_hca_is_told_by_its_own_line(golden):
     assert mvapich2_no_hca(nemesis) is None
 
 
-def test_only_mvapich2_infiniband_device_is_said_to_spin_rather_than_yield():
-    mrail = t.Inventory(mpi="mvapich2", mpi_device="ch3:mrail")
-    assert t.polls_without_yielding("mvapich2", mrail) == (
-        "MVAPICH2's ch3:mrail device polls shared memory without yielding the CPU")
-    for mpi, device in [("mvapich2", "ch3:nemesis"), ("mvapich2", None), ("mpich", "ch4:ucx"),
-                        ("openmpi", None)]:
-        assert t.polls_without_yielding(mpi, t.Inventory(mpi=mpi, mpi_device=device)) is None
-
-
 def test_mpich_ch4_and_mvapich2_infiniband_ranks_busy_poll_while_they_wait():
-    """What the tail check asks (a collective's time slices), not the fan-in's question."""
+    """What the tail, collective and fan-in checks ask: whose waiting ranks keep their CPU."""
     assert t.busy_polls("mpich", t.Inventory(mpi="mpich", mpi_device="ch4:ucx")) == (
         "MPICH's ch4:ucx device polls for messages without yielding the CPU")
     assert t.busy_polls("mvapich2", t.Inventory(mpi="mvapich2", mpi_device="ch3:mrail")) == (

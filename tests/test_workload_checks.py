@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import CHECKS, REPO, have, mvapich2_mrail_prefix, run_reframe
+from conftest import CHECKS, have, mvapich2_mrail_prefix, run_reframe
 from test_matrix_reframe import derived_config
 
 from fabreg import schema
@@ -184,7 +184,7 @@ def test_probe_checks_write_perflogs_with_references_and_counters(tmp_path):
         assert undeclared_metrics(row) == []
         # Measured figures are judged by this host's own baseline only; without one (a new
         # host) they are missing, and the run says how to record one.
-        baseline = REPO / "checks" / "references" / "local" / f"{row['host_key']}.yaml"
+        baseline = CHECKS / "references" / "local" / f"{row['host_key']}.yaml"
         if row is not tail and not baseline.exists():
             assert row["ref_status"] == "missing", row["ref_status"]
             assert "fabreg references calibrate --system local" in row["ref_notes"]
@@ -244,6 +244,28 @@ def test_tail_latency_of_busy_polling_ranks_on_too_few_cpus_is_skipped_saying_wh
                        "without yielding the CPU, so the tail would be the OS scheduler's time "
                        "slices, not the fabric's; run it on a node of 4 CPUs or more"), why
     assert out.count("DRY") >= 4, out[-4000:]  # 3 of Open MPI's, MPICH's quiet one
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not have("mpicc.mpich"), reason="MPICH is not installed")
+def test_fanin_of_busy_polling_ranks_on_too_few_cpus_is_skipped_saying_why(tmp_path):
+    """The fan-in runs 3 ranks on one node; on fewer CPUs MPICH's ranks, which busy-poll,
+    hold two CPUs between three, so its fair share would be the OS scheduler's: the case is
+    skipped, saying so, and Open MPI's (which yields) is not."""
+    proc = run_reframe("--dry-run", "-n", "StreamsFanIn", "-p", "openmpi|mpich",
+                       perflog_dir=tmp_path / "p", cwd=tmp_path, checks=CHECKS / "streams.py")
+    out = _out(proc)
+    assert proc.returncode == 0, out[-4000:]
+    skipped = re.findall(r"SKIP.*\] \(.*\) StreamsFanIn .*\+(\w+) \[(.*)\]", out)
+    cpus = os.cpu_count() or 1
+    if cpus >= 3:
+        assert not skipped, skipped
+        return
+    assert skipped == [("mpich", f"3 ranks on {cpus} CPUs: MPICH's ch4:ucx device polls for "
+                        "messages without yielding the CPU, so the streams' shares would be "
+                        "the OS scheduler's time slices, not the fabric's; run it on a node of "
+                        "3 CPUs or more")], skipped
+    assert out.count("DRY") >= 1, out[-4000:]  # Open MPI's
 
 
 @pytest.mark.slow

@@ -624,39 +624,26 @@ def observed(spec: LaunchSpec, output: str) -> tuple[set[str], list[str], list[s
     return classes, evidence, off_device
 
 
-def polls_without_yielding(mpi: str, inventory: Inventory) -> str | None:
-    """Why ``mpi``'s idle ranks keep their CPU in a shared-memory fan-in, or None where
-    they give it up.
-
-    With more ranks than CPUs, such ranks share the CPUs as the OS scheduler decides, so
-    which rank gets how much of the node is not the fabric's doing. Open MPI yields when
-    oversubscribed, MVAPICH2's nemesis device after a number of polls; MVAPICH2's
-    InfiniBand device (``ch3:mrail``) spins on its shared-memory queues and yields only
-    between threads (``MV2_USE_THREAD_YIELD``), and its blocking mode (``MV2_USE_BLOCKING``)
-    turns shared memory off. MPICH's ch4 ranks busy-poll too (:func:`busy_polls`), but
-    their 3-rank fan-in on 2 CPUs measured fair (slowest/fastest 0.85).
-    """
-    if mpi == "mvapich2" and (inventory.mpi_device or "").startswith(_MV2_MRAIL):
-        return (f"MVAPICH2's {inventory.mpi_device} device polls shared memory without "
-                "yielding the CPU")
-    return None
-
-
 def busy_polls(mpi: str, inventory: Inventory) -> str | None:
     """Why ``mpi``'s ranks keep their CPU while they wait for a message, or None where
     they give it away.
 
     A rank that busy-polls for a message from a rank that has no CPU holds its core until
-    the OS scheduler takes it away, so each step of a collective waits for a time slice.
-    Open MPI yields when oversubscribed or told to (``mpi_yield_when_idle``); MPICH's ch4
-    device progresses its netmod in a loop that never yields
+    the OS scheduler takes it away, so each step of a collective waits for a time slice, and
+    a fan-in's streams get the CPU time the scheduler gives them. Open MPI yields when
+    oversubscribed or told to (``mpi_yield_when_idle``), MVAPICH2's nemesis device after a
+    number of polls; MPICH's ch4 device progresses its netmod in a loop that never yields
     (``MPIR_CVAR_POLLS_BEFORE_YIELD=1`` changed nothing on the emulated cluster); MVAPICH2's
-    InfiniBand device spins on its shared-memory queues (:func:`polls_without_yielding`).
+    InfiniBand device (``ch3:mrail``) spins on its shared-memory queues and yields only
+    between threads (``MV2_USE_THREAD_YIELD``), and its blocking mode (``MV2_USE_BLOCKING``)
+    turns shared memory off.
     """
     device = inventory.mpi_device or ""
     if mpi == "mpich" and device.startswith("ch4"):
         return f"MPICH's {device} device polls for messages without yielding the CPU"
-    return polls_without_yielding(mpi, inventory)
+    if mpi == "mvapich2" and device.startswith(_MV2_MRAIL):
+        return f"MVAPICH2's {device} device polls shared memory without yielding the CPU"
+    return None
 
 
 def _mvapich2_classes(report: Mvapich2Report) -> set[str]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -231,31 +230,35 @@ class MpiCheck(FabregCheck):
             return os.cpu_count() or 1
         return self.current_partition.processor.num_cpus or 0
 
-    def time_slices_reason(self, figure: str,
-                           polls: Callable[[str, tx.Inventory], str | None] = tx.busy_polls,
-                           ) -> str:
+    def time_slices_reason(self, figure: str) -> str:
         """Why this job's ``figure`` would be the OS scheduler's time slices rather than the
         fabric's, or '' where it would not: its ranks outnumber the CPUs they share and its
-        MPI's waiting ranks keep their CPU (``polls``), so a rank waits for its peer's time
-        slice at every step. One node's ranks share its CPUs; where the nodes share one
-        machine's cores (``extras['oversubscribe']``, the emulated cluster) all the job's
-        ranks do."""
+        MPI's waiting ranks keep their CPU (``transport.busy_polls``), so a rank waits for
+        its peer's time slice at every step. One node's ranks share its CPUs; where the nodes
+        share one machine's cores (``extras['oversubscribe']``, the emulated cluster) all the
+        job's ranks do."""
         nodes, per_node = self.placement()
         cpus = self.node_cpus()
         shared = nodes > 1 and bool(self.current_partition.extras.get("oversubscribe"))
         ranks = nodes * per_node if shared else per_node
         if not cpus or ranks <= cpus:
             return ""
-        spins = polls(self.mpi, self.inventory())
+        spins = tx.busy_polls(self.mpi, self.inventory())
         if not spins:
             return ""
         if shared:
-            where, instead = f" ({nodes} nodes on one machine's cores)", \
-                "nodes with cores of their own"
+            where = f" ({nodes} nodes on one machine's cores)"
+            instead = "nodes with cores of their own"
         else:
             where, instead = "", f"a node of {ranks} CPUs or more"
         return (f"{ranks} ranks on {cpus} CPUs{where}: {spins}, so the {figure} would be the OS "
                 f"scheduler's time slices, not the fabric's; run it on {instead}")
+
+    def skip_if_time_slices(self, figure: str) -> None:
+        """Skip the case before its job, saying why, where its ``figure`` would be the OS
+        scheduler's time slices (:meth:`time_slices_reason`)."""
+        reason = self.time_slices_reason(figure)
+        self.skip_if(bool(reason), reason)
 
     def launcher_style(self) -> str:
         argv = self.current_environ.extras.get("launcher") or [

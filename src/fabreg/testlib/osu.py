@@ -505,6 +505,5 @@ class OsuCollective(OsuCheck):
         allreduce took 30-39 ms where Open MPI's took 2.4-3.8 ms on the same links, one job's
         repeats spread by 57-101 %, and with a link at half speed it read 34-38 ms, caught in
         none of 5 sessions (``verdicts_bench.py --mpi mpich``); the case is skipped, saying so
-        (``MpiCheck.time_slices_reason``)."""
-        reason = self.time_slices_reason("collective's time")
-        self.skip_if(bool(reason), reason)
+        (``MpiCheck.skip_if_time_slices``)."""
+        self.skip_if_time_slices("collective's time")
