@@ -4,6 +4,7 @@ table of what it does to a confirmed failure."""
 from __future__ import annotations
 
 import os
+import statistics
 import time
 
 import pytest
@@ -64,6 +65,16 @@ def test_one_cpu_has_no_round_trip_and_says_why():
         "one CPU only: no core-to-core round trip, handoff or shared compute")
 
 
+def _compute_alone(cpu: int) -> float:
+    """Milliseconds of one shared-compute batch (1 M steps) run on ``cpu`` with no neighbour."""
+    own = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        return 1e3 * host_control._compute(1_000_000)
+    finally:
+        os.sched_setaffinity(0, own)
+
+
 # Slow: it times the two CPUs against each other, so it runs alone, not beside the fast
 # tests' other worker (which slowed its "apart" figure by a third in a CI run and failed it).
 @pytest.mark.slow
@@ -72,11 +83,19 @@ def test_the_two_cpu_figures_see_a_cpu_shared():
     # What the VM does to its two vCPUs when it makes them threads of one core, made
     # stronger here: both processes on one CPU. The shared compute is slower by the CPU's
     # share (1 M steps a batch: longer than a scheduler slice, so no batch runs alone), and
-    # a handoff waits for the receiver's slice instead of running beside it.
+    # a handoff waits for the receiver's slice instead of running beside it. The compute is
+    # held against the same batch run alone, not against two CPUs apart: a VM whose two
+    # vCPUs the hypervisor places on threads of one core reads "apart" 1.6x alone itself (a
+    # CI run on a 2-vCPU AMD VM: 96 ms apart, 121 ms shared). Alone and shared take turns,
+    # batch by batch, and each shared batch is held against the alone batches either side:
+    # that VM's speed swings 1.5x for seconds at a time (60 to 95 ms alone).
     one, other = sorted(os.sched_getaffinity(0))[:2]
-    apart = host_control.shared_compute((one, other), steps=1_000_000, batches=3)
-    shared = host_control.shared_compute((one, one), steps=1_000_000, batches=3)
-    assert shared > 1.5 * apart, (shared, apart)
+    alone, shared = [_compute_alone(one)], []
+    for _ in range(5):
+        shared.append(host_control.shared_compute((one, one), steps=1_000_000, batches=1))
+        alone.append(_compute_alone(one))
+    ratios = [s / ((before + after) / 2) for s, before, after in zip(shared, alone, alone[1:])]
+    assert statistics.median(ratios) > 1.5, (shared, alone)
     apart = host_control.handoff_bandwidth((one, other), handoffs=20, batches=2)
     shared = host_control.handoff_bandwidth((one, one), handoffs=20, batches=2)
     assert shared < apart / 10, (shared, apart)
