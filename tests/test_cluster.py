@@ -188,6 +188,32 @@ def test_up_is_idempotent_and_status_is_healthy(cluster):
     assert "node1: 10.88.0.11 netns fabreg-node1, slurm idle, link full speed" in status.stdout
 
 
+def test_a_second_state_directory_neither_takes_nor_tears_down_the_running_cluster(
+        cluster, tmp_path):
+    """The node namespaces, links and bridge have one set of names per machine: `up` of
+    another state directory refuses them, and its `down` leaves them (it removed them by
+    name, killing the running cluster's slurmd, when a benchmark's `up` had failed on the
+    controller's port and its cleanup ran `down`). Another port: the namespaces refuse it."""
+    other = Cluster(tmp_path / "other")
+    up = other.fabreg("up", "--nodes", "2", "--ctld-port", "16899")
+    assert up.returncode == 2, up.stdout + up.stderr
+    assert up.stderr.startswith(
+        f"fabreg: error: the emulated cluster of another state directory, "
+        f"{cluster.state_dir}, is up (its slurmd pid "), up.stderr
+    assert len(up.stderr.strip().splitlines()) == 1, up.stderr
+    assert not (tmp_path / "other" / "slurm.conf").exists()
+    down = other.fabreg("down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "its network namespaces, links and bridge are left as they are" in down.stdout
+    assert "removed" not in down.stdout and "stopped" not in down.stdout, down.stdout
+    status = cluster.fabreg("status")
+    assert status.returncode == 0, status.stdout
+    ran = subprocess.run(["srun", "-N", "2", "-n", "2", "hostname"], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "SLURM_CONF": str(
+                             cluster.state_dir / "slurm.conf")})
+    assert sorted(ran.stdout.split()) == ["node1", "node2"], ran.stdout + ran.stderr
+
+
 def test_the_clusters_squeue_backend_finds_its_job_completion_log(cluster, monkeypatch):
     """fabreg_squeue sees a job end by the log the cluster's Slurm keeps, as Slurm tells it."""
     monkeypatch.setenv("SLURM_CONF", str(cluster.state_dir / "slurm.conf"))

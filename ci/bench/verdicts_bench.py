@@ -51,8 +51,15 @@ CASES = {
 }
 
 
-def run(cmd: list[str], env: dict[str, str], **kw) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, **kw)
+def run(cmd: list[str], env: dict[str, str], check: bool = False,
+        **kw) -> subprocess.CompletedProcess[str]:
+    """``cmd``'s outcome; with ``check``, a failure ends the bench with what it said (the
+    cluster still comes down)."""
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, **kw)
+    if check and proc.returncode != 0:
+        said = (proc.stderr.strip() or proc.stdout.strip())[-2000:]
+        sys.exit(f"{' '.join(cmd[2:])}: exit {proc.returncode}: {said}")
+    return proc
 
 
 def reframe(work: Path, checks: Path, env: dict[str, str], cases: list[tuple[str, str]],

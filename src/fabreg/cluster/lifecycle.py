@@ -38,6 +38,10 @@ def up(
     """
     preflight.require_root("up")
     preflight.require_tools()
+    if foreign := _foreign_nodes(paths):
+        raise FabregError(f"{_foreign_text(foreign, paths)}: this machine has room for one "
+                          f"emulated cluster; take that one down first (`fabreg cluster "
+                          f"--state-dir {_owner(foreign)} down`) or use it (--state-dir)")
     current = statefile.load(paths)
     if current and current.layout != wanted and _anything_running(current):
         raise FabregError(
@@ -249,6 +253,8 @@ def status(paths: Paths) -> tuple[str, bool]:
     leftovers = _leftovers(paths, st)
     if st is None:
         lines.append("cluster: not started")
+        if foreign := _foreign_nodes(paths):
+            lines.append(_foreign_text(foreign, paths))
         if leftovers:
             lines.append(f"leftovers (remove with `fabreg cluster down`): {', '.join(leftovers)}")
         return "\n".join(lines), False
@@ -310,6 +316,26 @@ def down(paths: Paths, say: Say = _say, purge: bool = False) -> list[str]:
         if processes.terminate(pid, started):
             say(f"stopped unrecorded {what} (pid {pid})")
 
+    if foreign := _foreign_nodes(paths):
+        say(f"{_foreign_text(foreign, paths)}: its network namespaces, links and bridge are "
+            "left as they are")
+    else:
+        _remove_network(say)
+
+    statefile.remove(paths)
+    for directory in (paths.spool, paths.ctld_state, paths.run, paths.munge):
+        shutil.rmtree(directory, ignore_errors=True)
+    for path in (paths.slurm_conf, paths.hosts_file):
+        path.unlink(missing_ok=True)
+    if purge:
+        shutil.rmtree(paths.logs, ignore_errors=True)
+        _rmdir(paths.root)
+    return _leftovers(paths, None)
+
+
+def _remove_network(say: Say) -> None:
+    """Remove the node namespaces (and what jobs left running in them), their links and the
+    bridge, by our names: they are this machine's only ones."""
     for ns in network.namespaces():
         for pid in network.namespace_pids(ns):
             started = procfs.start_time(pid)
@@ -323,15 +349,33 @@ def down(paths: Paths, say: Say = _say, purge: bool = False) -> list[str]:
     if network.remove_link(BRIDGE):
         say(f"removed bridge {BRIDGE}")
 
-    statefile.remove(paths)
-    for directory in (paths.spool, paths.ctld_state, paths.run, paths.munge):
-        shutil.rmtree(directory, ignore_errors=True)
-    for path in (paths.slurm_conf, paths.hosts_file):
-        path.unlink(missing_ok=True)
-    if purge:
-        shutil.rmtree(paths.logs, ignore_errors=True)
-        _rmdir(paths.root)
-    return _leftovers(paths, None)
+
+def _foreign_nodes(paths: Paths) -> dict[str, tuple[int, Path]]:
+    """Node namespace -> (pid, slurm.conf) of a slurmd in it that another state directory's
+    cluster started: the namespaces, links and bridge have one set of names per machine, so
+    they are that cluster's, and neither `up` nor `down` of this one may touch them."""
+    ours = paths.slurm_conf.resolve()
+    found = {}
+    for ns in network.namespaces():
+        for pid in network.namespace_pids(ns):
+            argv = procfs.cmdline(pid) or []
+            if not argv or Path(argv[0]).name != "slurmd" or "-f" not in argv[:-1]:
+                continue
+            conf = Path(argv[argv.index("-f") + 1])
+            if conf.resolve() != ours:
+                found[ns] = (pid, conf)
+                break
+    return found
+
+
+def _owner(foreign: dict[str, tuple[int, Path]]) -> Path:
+    return next(iter(foreign.values()))[1].parent
+
+
+def _foreign_text(foreign: dict[str, tuple[int, Path]], paths: Paths) -> str:
+    ns, (pid, _) = next(iter(foreign.items()))
+    return (f"the emulated cluster of another state directory, {_owner(foreign)}, is up (its "
+            f"slurmd pid {pid} in {ns}), not that of {paths.root}")
 
 
 def _rmdir(path: Path) -> None:
@@ -361,11 +405,14 @@ def _unrecorded_daemons(paths: Paths) -> list[tuple[int, int, str]]:
 
 
 def _leftovers(paths: Paths, st: ClusterState | None) -> list[str]:
-    """What of a cluster exists on the machine (nothing after a clean `down`)."""
-    found = [f"netns {ns}" for ns in network.namespaces()]
-    found += [f"link {link}" for link in network.host_veths()]
-    if network.link_exists(BRIDGE):
-        found.append(f"bridge {BRIDGE}")
+    """What of this cluster exists on the machine (nothing after a clean `down`); the network
+    of another state directory's cluster is not this one's."""
+    found = []
+    if not _foreign_nodes(paths):
+        found += [f"netns {ns}" for ns in network.namespaces()]
+        found += [f"link {link}" for link in network.host_veths()]
+        if network.link_exists(BRIDGE):
+            found.append(f"bridge {BRIDGE}")
     if st is None:
         found += [f"{what} pid {pid}" for pid, _, what in _unrecorded_daemons(paths)]
     return found
