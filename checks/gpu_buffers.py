@@ -26,12 +26,23 @@ class DeviceBuffers(rfm.RegressionTestPlugin):
 
     @run_after("setup")
     def device_buffers(self) -> None:
-        reason = gpu.device_buffer_problem(self.buffer, self.mpi)
-        self.skip_if(bool(reason), reason or "")
+        self.skip_without_device_buffers()
         self.skip_if(self.provider == providers.PROBES,
                      "fabreg's probes use host memory only; give the environment an "
                      "osu_prefix with OSU built against CUDA")
         self.executable_opts = ["-d", self.buffer, *self.executable_opts]
+
+    def skip_without_device_buffers(self) -> None:
+        """Skip, naming all that this host lacks for device buffers (no GPU, an MPI without
+        CUDA)."""
+        reason = gpu.device_buffer_problem(self.buffer, self.mpi)
+        self.skip_if(bool(reason), reason or "")
+
+    def skip_if_time_slices(self, figure: str) -> None:
+        """What the host lacks for device buffers is said first: the collective's hook that
+        skips a figure of time slices runs before this plugin's own."""
+        self.skip_without_device_buffers()
+        super().skip_if_time_slices(figure)
 
     def reference_key(self, metric: str, size: int) -> dict[str, object]:
         key = super().reference_key(metric, size)

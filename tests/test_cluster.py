@@ -25,7 +25,7 @@ import pytest
 import yaml
 from conftest import CHECKS, REPO, fabreg, run_reframe
 
-from fabreg.run import procfs
+from fabreg.run import gpu, procfs
 from fabreg.run.site_init import slurm_config
 from fabreg.testlib.prompt_squeue import completion_log
 
@@ -291,6 +291,27 @@ def test_busy_polling_ranks_of_nodes_that_share_the_cores_skip_their_collective(
                         "own")], skipped
     ok = re.findall(r"OK.*\] \(.*\) OsuAllreduce %transport=(\w+) .*\+(\w+)$", out, re.M)
     assert sorted(ok) == [("shm", "mpich"), ("shm", "openmpi"), ("tcp", "openmpi")], ok
+
+
+def test_a_gpu_collective_on_nodes_that_share_the_cores_says_first_what_the_host_lacks(
+        cluster, tmp_path):
+    """The same placement for the CUDA allreduce on a host with no GPU: its skip says that
+    (all the host lacks for device buffers), not that the ranks would time the scheduler,
+    which the collective's own hook, run before the GPU plugin's, said before."""
+    if gpu.no_gpu_reason() is None:
+        pytest.skip("this host has a GPU: the CUDA collective is not skipped for the lack of one")
+    cpus = os.cpu_count() or 1
+    proc = run_reframe("--system", "minicluster", "--dry-run", "-p", "openmpi|mpich",
+                       "-n", "GpuOsuAllreduce%buffer=cuda%transport=tcp%nodes=2",
+                       "-S", f"ranks_per_node={cpus}", perflog_dir=tmp_path / "perflogs",
+                       cwd=tmp_path, env=cluster.env, checks=CHECKS / "gpu_buffers.py")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    skipped = re.findall(r"SKIP.*\] \(.*\) GpuOsuAllreduce .*\+(\w+) \[(.*)\]", out)
+    assert sorted(mpi for mpi, _ in skipped) == ["mpich", "openmpi"], out[-6000:]
+    for _, reason in skipped:
+        assert reason.startswith("no GPU: this host has no NVIDIA GPU"), reason
+        assert "time slices" not in reason, reason
 
 
 def test_workload_checks_run_across_two_nodes(cluster, tmp_path):
