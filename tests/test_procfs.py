@@ -58,5 +58,5 @@ def test_proc_stat_first_line_is_required():
     with pytest.raises(ValueError):
         procfs.parse_cpu_times("intr 1 2 3\n")
     times = procfs.parse_cpu_times("cpu  1 2 3 4 5 6 7 8 9 10\n")
-    assert times == procfs.CpuTimes(idle=9, total=36, interrupts=13)
+    assert times == procfs.CpuTimes(idle=9, total=36, interrupts=13, steal=8)
     assert times.busy == 1 + 2 + 3 + 8  # user, nice, system, steal

@@ -78,6 +78,9 @@ class Interference:
     kernel_cpu_s: float = 0.0
     #: CPU-seconds of the suite's own machinery: ReFrame and the scheduler's daemons.
     harness_cpu_s: float = 0.0
+    #: CPU-seconds a hypervisor took from this VM (inside ``busy_cpu_s``, and counted as other
+    #: work: the job's ranks lost those CPUs as they would to another process).
+    steal_cpu_s: float = 0.0
     #: The other processes that took the most CPU time, ``(command name, CPU-seconds)``,
     #: largest first: who interfered (processes shorter than one sample are not seen).
     top_other: tuple[tuple[str, float], ...] = ()
@@ -330,6 +333,7 @@ class InterferenceMeter:
                             kernel_cpu_s=kernel_ticks / self._hz,
                             harness_cpu_s=sum(max(0, last - first) for first, last
                                               in self._harness.values()) / self._hz,
+                            steal_cpu_s=(cpu1.steal - self._cpu0.steal) / self._hz,
                             top_other=self._top_other())
 
     def _own_ticks(self) -> int:

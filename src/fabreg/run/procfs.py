@@ -96,6 +96,8 @@ class CpuTimes:
     #: Interrupt handling (irq + softirq): mostly the network stack working for whoever
     #: sends, the benchmark included, and charged to no process.
     interrupts: int = 0
+    #: Time a hypervisor ran something else on this VM's CPUs (inside ``busy``).
+    steal: int = 0
 
     @property
     def busy(self) -> int:
@@ -111,7 +113,7 @@ def parse_cpu_times(text: str) -> CpuTimes:
         raise ValueError(f"not a /proc/stat text: {text[:40]!r}")
     fields = [int(x) for x in first[1:9]] + [0] * (9 - len(first))
     return CpuTimes(idle=fields[3] + fields[4], total=sum(fields),
-                    interrupts=fields[5] + fields[6])
+                    interrupts=fields[5] + fields[6], steal=fields[7])
 
 
 def uptime(proc: Path = PROC) -> float:
