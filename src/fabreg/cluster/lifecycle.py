@@ -250,10 +250,11 @@ def status(paths: Paths) -> tuple[str, bool]:
     """A report of the cluster and whether it is fully up."""
     st = statefile.load(paths)
     lines = [f"state directory: {paths.root}"]
-    leftovers = _leftovers(paths, st)
+    foreign = _foreign_nodes(paths)
+    leftovers = _leftovers(paths, st, foreign)
     if st is None:
         lines.append("cluster: not started")
-        if foreign := _foreign_nodes(paths):
+        if foreign:
             lines.append(_foreign_text(foreign, paths))
         if leftovers:
             lines.append(f"leftovers (remove with `fabreg cluster down`): {', '.join(leftovers)}")
@@ -330,7 +331,7 @@ def down(paths: Paths, say: Say = _say, purge: bool = False) -> list[str]:
     if purge:
         shutil.rmtree(paths.logs, ignore_errors=True)
         _rmdir(paths.root)
-    return _leftovers(paths, None)
+    return _leftovers(paths, None, foreign)
 
 
 def _remove_network(say: Say) -> None:
@@ -404,11 +405,13 @@ def _unrecorded_daemons(paths: Paths) -> list[tuple[int, int, str]]:
     return found
 
 
-def _leftovers(paths: Paths, st: ClusterState | None) -> list[str]:
+def _leftovers(paths: Paths, st: ClusterState | None,
+               foreign: dict[str, tuple[int, Path]]) -> list[str]:
     """What of this cluster exists on the machine (nothing after a clean `down`); the network
-    of another state directory's cluster is not this one's."""
+    of another state directory's cluster (``foreign``, :func:`_foreign_nodes`) is not this
+    one's."""
     found = []
-    if not _foreign_nodes(paths):
+    if not foreign:
         found += [f"netns {ns}" for ns in network.namespaces()]
         found += [f"link {link}" for link in network.host_veths()]
         if network.link_exists(BRIDGE):
