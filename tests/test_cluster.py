@@ -202,6 +202,11 @@ def test_a_second_state_directory_neither_takes_nor_tears_down_the_running_clust
         f"{cluster.state_dir}, is up (its slurmd pid "), up.stderr
     assert len(up.stderr.strip().splitlines()) == 1, up.stderr
     assert not (tmp_path / "other" / "slurm.conf").exists()
+    # Its fault commands would act on the running cluster's links and daemons by name.
+    for fault in (["degrade", "node2", "--rate", "100mbit"], ["restore"], ["kill", "node2"]):
+        refused = other.fabreg(*fault)
+        assert refused.returncode == 2, (fault, refused.stdout + refused.stderr)
+        assert f"no cluster is up (no state in {tmp_path / 'other'})" in refused.stderr, fault
     down = other.fabreg("down")
     assert down.returncode == 0, down.stdout + down.stderr
     assert "its network namespaces, links and bridge are left as they are" in down.stdout

@@ -71,7 +71,7 @@ def test_four_node_partition_places_probes_sensibly(tmp_path):
         (n, t) for n in (1, 2) for t in ("ucx_rc", "ucx_ud", "ucx_dc", "tcp", "shm")
         if not (t == "shm" and n == 2)}
     proc = run_reframe("-l", "-n", "IbWriteLat", config=config, perflog_dir=tmp_path / "p",
-                       cwd=tmp_path, timeout=300)
+                       cwd=tmp_path, timeout=300, checks=CHECKS / "perftest.py")
     assert set(re.findall(r"^- IbWriteLat %nodes=(\d)", proc.stdout, re.MULTILINE)) == {"1", "2"}
 
 
