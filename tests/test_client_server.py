@@ -12,6 +12,7 @@ import pytest
 from fabreg.run import client_server, confirm
 from fabreg.run.client_server import Figure, Plan
 from fabreg.run.parsers.ucx_perftest import failure_reason, parse_ucx_perftest
+from fabreg.schema import CONTENDED_SHARE
 
 needs_ucx = pytest.mark.skipif(not shutil.which("ucx_perftest"),
                                reason="ucx_perftest is not installed (ucx-utils)")
@@ -91,7 +92,12 @@ def test_a_figure_that_keeps_failing_is_confirmed_by_runs_spread_over_the_span(t
     # ended (a busy host may delay the first confirmation run, never bring the last forward)
     repeats_end = runs[1]["started"] + runs[1]["seconds"]
     assert runs[3]["started"] - repeats_end >= 3.9, runs
-    assert result["quiet_confirmations"].get("latency", 0) >= 1 or result["contended"]
+    # Quiet at least once, unless the host was not: other work (the hypervisor's steal
+    # included) over its share in the whole job, or in each confirmation run's own meter.
+    shares = result["confirmation_other_shares"]
+    assert len(shares) == 2, shares
+    assert (result["quiet_confirmations"].get("latency", 0) >= 1 or result["contended"]
+            or min(shares) > CONTENDED_SHARE), (shares, result["interference"])
 
 
 @pytest.mark.slow

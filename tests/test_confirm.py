@@ -125,6 +125,8 @@ class QuietMeter:
     def __init__(self, *args) -> None:
         pass
 
+    share = 0.0  # other work's share of the host's CPU while it metered
+
     def start(self) -> QuietMeter:
         return self
 
@@ -186,12 +188,15 @@ def test_a_failure_measured_only_on_a_busy_host_is_not_noted(tmp_path, monkeypat
     monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
 
     class BusyMeter(QuietMeter):
+        share = 0.4
+
         def contended(self, share: float) -> bool:
             return True
 
     monkeypatch.setattr(confirm, "JobMeter", BusyMeter)
     confirmation, quiet, times = confirm_failing(tmp_path, [45.0] * 4, notes)
     assert len(times) == 4 and quiet == {} and not (notes / "local").exists()
+    assert confirmation.other_shares == [0.4] * 4  # what each run's meter read, kept
 
 
 def test_once_the_runs_confirmations_took_their_budget_a_failure_takes_one_run(tmp_path,

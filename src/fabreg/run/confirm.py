@@ -225,6 +225,9 @@ class Confirmation(ConfirmationPlan):
     joined: LastingFailure | None = None
     #: Whether the run's confirmation budget was spent when this confirmation began.
     over_budget: bool = False
+    #: Other work's share of the host's CPU that each confirmation run's own meter read
+    #: (the hypervisor's steal included); beyond ``contended_share`` the run was not quiet.
+    other_shares: list[float] = field(default_factory=list)
 
     @classmethod
     def of(cls, plan: ConfirmationPlan, token: str, workdir: Path) -> Confirmation:
@@ -280,7 +283,9 @@ class Confirmation(ConfirmationPlan):
             own.mkdir(exist_ok=True)
             meter = JobMeter(self.token, own).start()
             measured = measure_again(confirming)
-            if not meter.stop().contended(self.contended_share):
+            metered = meter.stop()
+            self.other_shares.append(round(metered.share, 4))
+            if not metered.contended(self.contended_share):
                 for key in measured:
                     quiet[key] = quiet.get(key, 0) + 1
             confirming = still_failing(confirming)
@@ -310,6 +315,8 @@ class Measurements:
     quiet: dict[str, int] = field(default_factory=dict)
     #: The lasting failure of an earlier job on the same path that the confirmation joined.
     joined: LastingFailure | None = None
+    #: Other work's share of the host's CPU in each confirmation run.
+    confirmation_shares: list[float] = field(default_factory=list)
     #: Whether the run's confirmation budget was spent before this job confirmed.
     over_budget: bool = False
 
@@ -345,6 +352,7 @@ class Measurements:
             failing, lambda names: self.record(measure_once(names), names),
             lambda names: self.failing(limits, names))
         self.joined, self.over_budget = confirmation.joined, confirmation.over_budget
+        self.confirmation_shares = list(confirmation.other_shares)
 
     def as_dict(self) -> dict[str, Any]:
         """What a driver's result file says of its figures (read by ``ConfirmedValues``)."""
@@ -357,6 +365,7 @@ class Measurements:
             "measurements": {n: len(v) for n, v in self.values.items() if v},
             "confirmation": self.first,
             "quiet_confirmations": self.quiet,
+            "confirmation_other_shares": self.confirmation_shares,
             "joined_lasting_failure": self.joined.__dict__ if self.joined else None,
             "confirmation_over_budget": self.over_budget,
         }
