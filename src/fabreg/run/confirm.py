@@ -316,7 +316,7 @@ class Measurements:
     #: The lasting failure of an earlier job on the same path that the confirmation joined.
     joined: LastingFailure | None = None
     #: Other work's share of the host's CPU in each confirmation run.
-    confirmation_shares: list[float] = field(default_factory=list)
+    confirmation_other_shares: list[float] = field(default_factory=list)
     #: Whether the run's confirmation budget was spent before this job confirmed.
     over_budget: bool = False
 
@@ -352,7 +352,7 @@ class Measurements:
             failing, lambda names: self.record(measure_once(names), names),
             lambda names: self.failing(limits, names))
         self.joined, self.over_budget = confirmation.joined, confirmation.over_budget
-        self.confirmation_shares = list(confirmation.other_shares)
+        self.confirmation_other_shares = list(confirmation.other_shares)
 
     def as_dict(self) -> dict[str, Any]:
         """What a driver's result file says of its figures (read by ``ConfirmedValues``)."""
@@ -365,7 +365,7 @@ class Measurements:
             "measurements": {n: len(v) for n, v in self.values.items() if v},
             "confirmation": self.first,
             "quiet_confirmations": self.quiet,
-            "confirmation_other_shares": self.confirmation_shares,
+            "confirmation_other_shares": self.confirmation_other_shares,
             "joined_lasting_failure": self.joined.__dict__ if self.joined else None,
             "confirmation_over_budget": self.over_budget,
         }
