@@ -80,6 +80,25 @@ def test_each_size_is_measured_repeatedly_and_the_best_is_kept(osu_latency, tmp_
     assert result["interference"]["own_cpu_s"] > 0.1
 
 
+def test_a_repeat_leaves_out_the_sizes_between_that_cost_more_than_a_launch(osu_latency,
+                                                                            tmp_path):
+    # 4,000 iterations: 2 B .. 512 KiB take about 1 s between 1 B and 1 MiB, a launch of
+    # two ranks about 0.35 s; so each repeat is one launch at 1 B and one at 1 MiB
+    counts = ["-i", "4000", "-x", "10"]
+    result = measure.measure(plan(osu_latency, full_options=["-m", "1:1048576", *counts],
+                                  full_sizes=[1 << k for k in range(21)], sizes=[1, 1 << 20],
+                                  repeat_options=["-m", "{low}:{high}", *counts]), tmp_path)
+    costs = {int(size): t for size, t in result["size_seconds"].items()}
+    assert sorted(costs) == [1 << k for k in range(1, 21)]  # every row after the first
+    between = sum(costs[1 << k] for k in range(1, 20))
+    assert between > result["launch_seconds"] > 0, (between, result["launch_seconds"])
+    repeats = [x["options"] for x in result["launches"][1:]]
+    assert repeats == [["-m", "1:1", *counts], ["-m", "1048576:1048576", *counts]] * 2
+    assert result["measurements"] == {"1": 3, "1048576": 3}
+    # each launch measured only its own size: no value of a size it did not run
+    assert parse_osu((tmp_path / "measure-1.out").read_text()).rows.keys() == {1}
+
+
 def test_a_size_inside_its_warning_band_is_measured_once(osu_latency, tmp_path):
     # Interference only raises a latency: a first value inside the band passes, whatever
     # more runs would say. 1024 B has no reference and is repeated, alone.

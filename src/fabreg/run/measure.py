@@ -10,7 +10,8 @@ of the benchmark; it:
    as the benchmark printed it);
 2. repeats it at the asserted sizes that are not settled yet (``fabreg.run.confirm.settled``:
    a value inside its warning band after one measurement; otherwise ``repeats`` values)
-   until the time budget is spent;
+   until the time budget is spent, in as many launches as save time
+   (:mod:`fabreg.run.repeat_ranges`);
 3. re-measures a size whose best value still crosses its failure limit, spread in time and
    on a quiet host (:mod:`fabreg.run.confirm`): only a failure that reproduces is
    *confirmed*;
@@ -65,6 +66,7 @@ from fabreg.run.launch import (
     summary,
 )
 from fabreg.run.parsers.osu import parse_osu
+from fabreg.run.repeat_ranges import launch_seconds, repeat_ranges, size_seconds
 
 RESULT = "measure.json"
 PLAN = "measure-plan.json"
@@ -117,6 +119,15 @@ class Plan(JsonPlan, ConfirmationPlan):
     def decoded(cls, data: dict[str, Any]) -> dict[str, Any]:
         return {**data, **{name: {int(k): float(v) for k, v in data.get(name, {}).items()}
                            for name in ("fail_limits", "warn_limits")}}
+
+
+def stamped(complete: Completion, printed_at: dict[int, float]) -> Completion:
+    """``complete``, noting in ``printed_at`` when each size's row came (monotonic clock)."""
+    def stamp(line: bytes) -> bool:
+        if m := _ROW.match(line):
+            printed_at.setdefault(int(m.group(1)), time.monotonic())
+        return complete(line)
+    return stamp
 
 
 def table_complete(sizes: list[int]) -> Completion:
@@ -186,14 +197,8 @@ def pilot(plan: Plan, workdir: Path, env: dict[str, str], launched: list[Launch]
     options = last_operands(plan, short_options(plan))
     out = workdir / "measure-pilot.out"
     printed_at: dict[int, float] = {}
-    complete = table_complete(plan.full_sizes)
-
-    def stamp(line: bytes) -> bool:
-        if m := _ROW.match(line):
-            printed_at.setdefault(int(m.group(1)), time.monotonic())
-        return complete(line)
-
-    done = run_once(plan.command, options, out, stamp,
+    done = run_once(plan.command, options, out,
+                    stamped(table_complete(plan.full_sizes), printed_at),
                     grace_after(launched, plan.grace_s, plan.hang_note), env,
                     hang_note=plan.hang_note, errors=workdir / "measure-pilot.err")
     launched.append(done)
@@ -221,18 +226,28 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     costed = pilot(plan, workdir, env, short)
     counts = list(costed.get("options", [])) if costed else []
 
+    # When each row of the first run over the whole curve came: what each size costs.
+    printed_at: dict[int, float] = {}
+
     def launch(options: list[str], sizes: list[int], echo: bool = False) -> dict[str, float]:
         out = workdir / f"measure-{len(launches)}.out"
-        done = run_once(plan.command, last_operands(plan, options), out, table_complete(sizes),
+        complete = table_complete(sizes)
+        done = run_once(plan.command, last_operands(plan, options), out,
+                        complete if launches else stamped(complete, printed_at),
                         grace_after([*short, *launches], plan.grace_s, plan.hang_note), env,
                         echo, plan.hang_note)
         launches.append(done)
         return {str(size): v for size, v in _values(out, plan.sizes, plan.column).items()}
 
     def repeat(names: list[str]) -> dict[str, float]:
-        low, high = min(map(int, names)), max(map(int, names))
-        opts = [o.format(low=low, high=high) for o in plan.repeat_options]
-        return launch(opts + counts, [s for s in plan.full_sizes if low <= s <= high])
+        """Each of ``names`` measured once more (:mod:`fabreg.run.repeat_ranges`)."""
+        costs = size_seconds(printed_at)
+        got: dict[str, float] = {}
+        for low, high in repeat_ranges(list(map(int, names)), plan.full_sizes, costs,
+                                       launch_seconds(launches[0].seconds, costs)):
+            opts = [o.format(low=low, high=high) for o in plan.repeat_options]
+            got.update(launch(opts + counts, [s for s in plan.full_sizes if low <= s <= high]))
+        return got
 
     warn_limits = {str(s): v for s, v in plan.warn_limits.items()}
     got = measurements.record(launch(plan.full_options + counts, plan.full_sizes, echo=True))
@@ -247,8 +262,12 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     limits = {str(s): v for s, v in plan.fail_limits.items()}
     measurements.confirm(limits, Confirmation.of(plan, token, workdir), repeat)
     interference = meter.stop()
+    costs = size_seconds(printed_at)
     result = {
         **measurements.as_dict(),
+        # What the first run said each size and a launch cost: where repeats split.
+        "size_seconds": {str(size): round(t, 4) for size, t in costs.items()},
+        "launch_seconds": round(launch_seconds(first.seconds, costs), 3),
         # The sizes the time budget left with fewer measurements than they needed.
         "unsettled": unsettled,
         **interference.job_summary(plan.contended_share),
