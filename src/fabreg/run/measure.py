@@ -241,10 +241,9 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
 
     def repeat(names: list[str]) -> dict[str, float]:
         """Each of ``names`` measured once more (:mod:`fabreg.run.repeat_ranges`)."""
-        costs = size_seconds(printed_at)
         got: dict[str, float] = {}
         for low, high in repeat_ranges(list(map(int, names)), plan.full_sizes, costs,
-                                       launch_seconds(launches[0].seconds, costs)):
+                                       launch_s):
             opts = [o.format(low=low, high=high) for o in plan.repeat_options]
             got.update(launch(opts + counts, [s for s in plan.full_sizes if low <= s <= high]))
         return got
@@ -252,6 +251,9 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     warn_limits = {str(s): v for s, v in plan.warn_limits.items()}
     got = measurements.record(launch(plan.full_options + counts, plan.full_sizes, echo=True))
     first = launches[0]
+    # What the first run said each size and a launch cost: where repeats split.
+    costs = size_seconds(printed_at)
+    launch_s = launch_seconds(first.seconds, costs)
     unsettled: list[str] = []
     if len(got) == len(plan.sizes) and not (first.returncode and not first.hung_after_results):
         while unsettled := measurements.unsettled(warn_limits, plan.repeats):
@@ -262,12 +264,10 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     limits = {str(s): v for s, v in plan.fail_limits.items()}
     measurements.confirm(limits, Confirmation.of(plan, token, workdir), repeat)
     interference = meter.stop()
-    costs = size_seconds(printed_at)
     result = {
         **measurements.as_dict(),
-        # What the first run said each size and a launch cost: where repeats split.
         "size_seconds": {str(size): round(t, 4) for size, t in costs.items()},
-        "launch_seconds": round(launch_seconds(first.seconds, costs), 3),
+        "launch_seconds": round(launch_s, 3),
         # The sizes the time budget left with fewer measurements than they needed.
         "unsettled": unsettled,
         **interference.job_summary(plan.contended_share),
