@@ -263,12 +263,9 @@ class TailLatency(ConfirmationSettings, MeteredJob, ProbeCheck):
                                   self.contended(), self.confirmation,
                                   dict(result.get("quiet_confirmations", {})), self.slow_host())
 
-    @run_before("performance")
-    def say_how_many_iterations(self) -> None:
+    def say_how_many_iterations(self, result: dict) -> None:
         """Say so when the runs were cut to fit ``run_seconds``."""
-        if self.is_dry_run():  # nothing ran: no result to read
-            return
-        budget = self.environment_result().get("run_budget")
+        budget = result.get("run_budget")
         if budget and budget["iterations"] < budget["planned"]:
             cut = [n for n in budget.get("per_run") or [budget["iterations"]]
                    if n < budget["planned"]]
@@ -279,10 +276,12 @@ class TailLatency(ConfirmationSettings, MeteredJob, ProbeCheck):
                 f"than run_seconds={self.run_seconds:g}")
 
     @run_before("performance")
-    def log_confirmation(self) -> None:
-        if self.is_dry_run():
+    def log_runs(self) -> None:
+        """What the perflog keeps of the runs: their cut, confirmation and host control."""
+        if self.is_dry_run():  # nothing ran: no result to read
             return
         result = self.environment_result()
+        self.say_how_many_iterations(result)
         self.confirmation = dict(result.get("confirmation", {}))
         self.host_control = self.logged_host_control(result.get("host_control") or {})
         self.measurements = dict.fromkeys(("p50", "p99", "max", "p99_over_p50"),

@@ -593,10 +593,11 @@ def test_reservation_pins_the_run_to_the_reserved_node(cluster, tmp_path):
 #: One real check of each family that never finishes (iterations no time limit allows).
 ENDLESS = {
     # MpiCheck (OSU, and the workload probes on the same base)
-    ("OsuLatency%transport=tcp%nodes=2", "openmpi"): "OsuLatency.iterations=1000000000",
+    ("osu.py", "OsuLatency%transport=tcp%nodes=2", "openmpi"):
+        "OsuLatency.iterations=1000000000",
     # ClientServerCheck (ucx_perftest, and perftest on the same base)
-    ("UcxPerftestLatency%nodes=2%ucx_test=tag_lat%transport=tcp%buffer=host", "builtin"):
-        "UcxPerftestLatency.iterations=2000000000",
+    ("ucx_perftest.py", "UcxPerftestLatency%nodes=2%ucx_test=tag_lat%transport=tcp%buffer=host",
+     "builtin"): "UcxPerftestLatency.iterations=2000000000",
 }
 
 
@@ -605,10 +606,11 @@ def test_every_check_family_is_killed_at_its_time_limit_and_says_so(cluster, tmp
     leaves no job running. The families run in two sessions at once (the partition runs one
     job at a time per session): Slurm kills a job only at whole minutes past its start, so
     two waits in a row would double the test's time for no further assertion."""
-    def killed(case: tuple[str, str], endless: str) -> str:
-        selection, environ = case
+    def killed(case: tuple[str, str, str], endless: str) -> str:
+        file, selection, environ = case
         proc = cluster.reframe(tmp_path / environ, "-n", selection, "-p", environ,
-                               "-S", endless, "-S", "time_limit=30s", timeout=600)
+                               "-S", endless, "-S", "time_limit=30s", checks=CHECKS / file,
+                               timeout=600)
         out = proc.stdout + proc.stderr
         assert proc.returncode != 0, out[-3000:]
         return out
@@ -618,7 +620,7 @@ def test_every_check_family_is_killed_at_its_time_limit_and_says_so(cluster, tmp
         assert "killed at its time limit (30.0 s) (scheduler state TIMEOUT)" in out, out[-3000:]
         assert "due to time limit" in out, out[-3000:]
     running = cluster.slurm("squeue", "-h", "-t", "running", "-o", "%j")
-    assert not any(case.split("%")[0] in running for case, _ in ENDLESS), running
+    assert not any(case.split("%")[0] in running for _, case, _ in ENDLESS), running
 
 
 def test_node_dying_mid_run_fails_its_job_and_the_run_goes_on(cluster, tmp_path):

@@ -80,7 +80,7 @@ def test_dry_run_honours_partition_settings_overridden_by_environment(tmp_path):
     env = {**_no_spack_env(), "FABREG_PROVIDER": "spack", "FABREG_SPACK_WITHOUT": "mvapich2",
            "FABREG_SPACK_SITE_CONFIG": str(site), "FABREG_SPACK_INSTALL_TREE": ""}
     proc = run_reframe("--dry-run", "-n", "OsuLatency", perflog_dir=tmp_path / "p",
-                       cwd=tmp_path, env=env)
+                       cwd=tmp_path, env=env, checks=CHECKS / "osu.py")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     (script,) = tmp_path.glob("stage/local/default/*/SpackStack_*/rfm_job.sh")
     text = script.read_text()
@@ -97,7 +97,8 @@ def test_develop_source_shared_by_two_mpis_is_refused_before_any_spack_command(t
     env = {**_no_spack_env(), "FABREG_PROVIDER": "spack", "FABREG_SPACK_WITHOUT": "mvapich2",
            "FABREG_SPACK_MANIFEST": str(manifest), "FABREG_SPACK_INSTALL_TREE": ""}
     proc = run_reframe("--dry-run", "-n", "OsuLatency", "-p", "openmpi",
-                       perflog_dir=tmp_path / "p", cwd=tmp_path, env=env)
+                       perflog_dir=tmp_path / "p", cwd=tmp_path, env=env,
+                       checks=CHECKS / "osu.py")
     out = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode != 0, out[-3000:]
     assert ("spack.yaml develops osu-micro-benchmarks from one source directory "
@@ -110,7 +111,7 @@ def test_develop_source_shared_by_two_mpis_is_refused_before_any_spack_command(t
 def test_unknown_provider_is_one_clear_error(tmp_path):
     env = {**_no_spack_env(), "FABREG_PROVIDER": "conda"}
     proc = run_reframe("--dry-run", "-n", "OsuLatency", perflog_dir=tmp_path / "p",
-                       cwd=tmp_path, env=env)
+                       cwd=tmp_path, env=env, checks=CHECKS / "osu.py")
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "FABREG_PROVIDER='conda': choose one of auto, spack, prefix, probes" in out

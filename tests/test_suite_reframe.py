@@ -61,7 +61,8 @@ def test_osu_7_5_logs_the_int_datatype_it_reduces(tmp_path):
     """OSU 7.5 reduces MPI_INT where the probes and OSU 7.2 reduce MPI_CHAR: another series."""
     perflogs = tmp_path / "perflogs"
     proc = run_reframe("-r", "-n", "OsuAllreduce", "-p", "openmpi", perflog_dir=perflogs,
-                       cwd=tmp_path, env={"FABREG_OSU_PREFIX_OPENMPI": str(OSU_7_5_OPENMPI)})
+                       cwd=tmp_path, env={"FABREG_OSU_PREFIX_OPENMPI": str(OSU_7_5_OPENMPI)},
+                       checks=CHECKS / "osu.py")
     out = proc.stdout + proc.stderr
     assert not re.findall(r"\* Failing phase: (?!performance)", out), out[-4000:]
     (row,) = _perflog_rows(perflogs / "local" / "default" / "OsuAllreduce.log")

@@ -41,12 +41,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from probes_vs_osu import MPIS, BenchError, build_probes, tool_env  # noqa: E402
+from probes_vs_osu import MPIS, BenchError, build_probes, shm_value  # noqa: E402
 
 from fabreg.review import suggest  # noqa: E402
 from fabreg.run import host_control  # noqa: E402
-from fabreg.run import transport as tx  # noqa: E402
-from fabreg.run.parsers.osu import parse_osu  # noqa: E402
 from fabreg.run.references import Assessment, Reference  # noqa: E402
 from fabreg.schema import HOST_CONTROL_FIGURES, figures_on_path, lower_is_better  # noqa: E402
 
@@ -56,18 +54,6 @@ WARN, FAIL = suggest.BASELINE_WARN, suggest.BASELINE_FAIL
 #: Rounds a judged job spans: a value is the best of its rounds (a job's repeats), a failing
 #: job's control the best of their controls (``host_control.FAILING_SAMPLES``).
 JOB = host_control.FAILING_SAMPLES
-
-
-def collective(mpi: str, probes: Path, probe: str, size: int) -> float:
-    """The probe's latency at ``size`` (us), 2 ranks over shared memory; NaN if none."""
-    spec = tx.launch_spec(mpi, "shm", nodes=1, ranks_per_node=2)
-    style = tx.launcher_style(mpi, MPIS[mpi].launcher)
-    cmd = [*MPIS[mpi].launcher, *spec.options(style), str(probes / probe),
-           "-m", f"{size}:{size}", "-i", "200", "-x", "20"]
-    env = dict(tool_env(MPIS[mpi]), **spec.environment(style))
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120).stdout
-    table = parse_osu(out)
-    return table.value(size) if size in table.rows else float("nan")
 
 
 def row(values: list[float], unit: str, lower: bool, control: bool) -> Reference:
@@ -115,7 +101,7 @@ def bench(args: argparse.Namespace, work: Path) -> int:
     for i in range(args.rounds):
         controls.append(host_control.measure_host())
         for m, p, s in series:
-            series[(m, p, s)].append(collective(m, probes[m], p, s))
+            series[(m, p, s)].append(shm_value(m, probes[m], p, s, 200, 20))
         c = controls[-1]
         print(f"round {i + 1}/{args.rounds}: handoff {c.handoff_bandwidth or 0:.1f} GB/s, "
               f"shared compute {c.shared_compute or 0:.2f} ms", file=sys.stderr)

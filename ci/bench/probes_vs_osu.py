@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from fabreg.run import procfs
+from fabreg.run import transport as tx
 from fabreg.run.parsers.osu import OsuResult, parse_osu, powers_of_two, table_problem
 from fabreg.run.providers import find_osu_binary, osu_prefix_problem
 
@@ -159,6 +160,20 @@ def run_benchmark(mpi: Mpi, prefix: list[str], binary: Path, options: list[str],
         detail = (proc.stderr.strip().splitlines() or [""])[0]
         raise BenchError(f"{' '.join(cmd)}: {why}" + (f" ({detail})" if detail else ""))
     return result
+
+
+def shm_value(mpi: str, probes: Path, probe: str, size: int, iterations: int,
+              warmup: int) -> float:
+    """One launch of ``probe`` on 2 ranks over ``mpi``'s shared memory, as the suite
+    launches it: its value at ``size``, NaN if it printed none."""
+    spec = tx.launch_spec(mpi, "shm", nodes=1, ranks_per_node=2)
+    style = tx.launcher_style(mpi, MPIS[mpi].launcher)
+    cmd = [*MPIS[mpi].launcher, *spec.options(style), str(probes / probe),
+           "-m", f"{size}:{size}", "-i", str(iterations), "-x", str(warmup)]
+    env = dict(tool_env(MPIS[mpi]), **spec.environment(style))
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120).stdout
+    table = parse_osu(out)
+    return table.value(size) if size in table.rows else float("nan")
 
 
 def _cpu_times() -> tuple[int, int]:

@@ -38,18 +38,15 @@ import os
 import shutil
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from probes_vs_osu import MPIS, BenchError, build_probes, tool_env  # noqa: E402
+from probes_vs_osu import MPIS, BenchError, build_probes, shm_value  # noqa: E402
 
 from fabreg.run import host_control  # noqa: E402
-from fabreg.run import transport as tx  # noqa: E402
-from fabreg.run.parsers.osu import parse_osu  # noqa: E402
 from fabreg.schema import HOST_CONTROL_FIGURES, lower_is_better  # noqa: E402
 
 #: (probe, size): shared-memory values that failed healthy sessions in a slow spell.
@@ -62,19 +59,6 @@ WINDOW = 9
 #: Candidate figures: name -> True where lower is better (a time or a share lost).
 CANDIDATES = {"cpu_share": False, "dram_copy": False, "l3_copy": False,
               "compute_median": True}
-
-
-def value(probes: Path, probe: str, size: int) -> float:
-    """The probe's latency at ``size`` (us), Open MPI, 2 ranks over shared memory."""
-    mpi = MPIS["openmpi"]
-    spec = tx.launch_spec("openmpi", "shm", nodes=1, ranks_per_node=2)
-    style = tx.launcher_style("openmpi", mpi.launcher)
-    cmd = [*mpi.launcher, *spec.options(style), str(probes / probe),
-           "-m", f"{size}:{size}", "-i", "100", "-x", "10"]
-    env = dict(tool_env(mpi), **spec.environment(style))
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120).stdout
-    table = parse_osu(out)
-    return table.value(size) if size in table.rows else float("nan")
 
 
 def _lost(seconds: float) -> float:
@@ -118,13 +102,13 @@ def one_round(probes: Path, cpus: tuple[int, int]) -> dict[str, float]:
     row: dict[str, float] = {"t": time.time()}
     steal = steal_jiffies()
     for probe, size in CASES:
-        row[probe] = value(probes, probe, size)
+        row[probe] = shm_value("openmpi", probes, probe, size, 100, 10)
     control = host_control.measure_host()
     row.update(control.figures())
     row["cpu_share"] = cpu_share(cpus)
     row["dram_copy"] = host_control.copy_bandwidth(64 << 20, 2, 3)
     row["l3_copy"] = host_control.copy_bandwidth(8 << 20, 8, 7)
-    row["compute_median"] = statistics.median(host_control._compute(
+    row["compute_median"] = statistics.median(host_control.compute_seconds(
         host_control.COMPUTE_STEPS) for _ in range(9)) * 1e3
     row["steal_jiffies"] = steal_jiffies() - steal
     return row

@@ -252,7 +252,7 @@ def handoff_bandwidth(cpus: tuple[int, int], size: int = HANDOFF_BYTES,
     return size / best / 1e9
 
 
-def _compute(steps: int) -> float:
+def compute_seconds(steps: int) -> float:
     """Seconds the interpreter takes for ``steps`` steps of an arithmetic loop."""
     start = time.perf_counter()
     total = 0
@@ -263,7 +263,7 @@ def _compute(steps: int) -> float:
 
 def shared_compute(cpus: tuple[int, int], steps: int = COMPUTE_STEPS,
                    batches: int = COMPUTE_BATCHES) -> float:
-    """Best milliseconds of :func:`_compute` on ``cpus[0]`` while a process on ``cpus[1]``
+    """Best milliseconds of :func:`compute_seconds` on ``cpus[0]`` while a process on ``cpus[1]``
     computes too (two threads of one core share its units; two cores do not)."""
     buf = mmap.mmap(-1, mmap.PAGESIZE)
 
@@ -272,7 +272,7 @@ def shared_compute(cpus: tuple[int, int], steps: int = COMPUTE_STEPS,
             buf[0] = 1
         deadline = time.monotonic() + _DEADLINE_S
         while buf[0] == 1 and time.monotonic() < deadline:
-            _compute(1000)
+            compute_seconds(1000)
         return True
 
     try:
@@ -280,7 +280,7 @@ def shared_compute(cpus: tuple[int, int], steps: int = COMPUTE_STEPS,
             try:
                 if not _spin_until(buf, 1, time.monotonic() + _DEADLINE_S):
                     raise RuntimeError("the computing neighbour did not start")
-                best = min(_compute(steps) for _ in range(batches))
+                best = min(compute_seconds(steps) for _ in range(batches))
             finally:
                 buf[0] = 2
     finally:
