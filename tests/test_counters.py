@@ -8,7 +8,11 @@ from pathlib import Path
 import pytest
 
 from fabreg.cli import main
+from fabreg.errors import FabregError
 from fabreg.run.counters import (
+    AFTER,
+    BEFORE,
+    SNAPSHOTS_VARIABLE,
     CounterReading,
     deltas,
     read_counters,
@@ -16,6 +20,7 @@ from fabreg.run.counters import (
     read_rdma,
     roce_interfaces,
 )
+from fabreg.run.launch import JsonPlan, driver_main
 from fabreg.run.parsers.ethtool import parse_ethtool_stats
 
 
@@ -141,3 +146,35 @@ def test_cli_bad_snapshot_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"fabreg: error: {bad}: not a fabreg counter reading")
     assert len(err.strip().splitlines()) == 1
+
+
+class _Plan(JsonPlan):
+    pass
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_driver_handed_the_snapshots_takes_them_around_its_run(tmp_path, monkeypatch, fails):
+    """The job's first and last readings, as the job script's ``fabreg counters read`` took
+    them: the first before the driver measures, the last after it, also when it failed."""
+    plan = tmp_path / "plan.json"
+    plan.write_text("{}")
+    seen: list[list[str]] = []
+
+    def run(_plan: _Plan, workdir: Path) -> dict:
+        seen.append(sorted(p.name for p in workdir.glob("fabric-counters-*")))
+        if fails:
+            raise FabregError("the benchmark failed")
+        return {"returncode": 0}
+
+    monkeypatch.setenv(SNAPSHOTS_VARIABLE, "lo")
+    assert driver_main("test", [str(plan)], _Plan, run) == (1 if fails else 0)
+    assert seen == [[BEFORE]]
+    before, after = (CounterReading.from_json((tmp_path / n).read_text()) for n in (BEFORE, AFTER))
+    assert before.unavailable == after.unavailable and any(
+        u.startswith("lo: ") for u in after.unavailable)  # the interface handed, read
+    # Not handed them (the job script takes them): the driver reads nothing.
+    (tmp_path / BEFORE).unlink()
+    (tmp_path / AFTER).unlink()
+    monkeypatch.delenv(SNAPSHOTS_VARIABLE)
+    driver_main("test", [str(plan)], _Plan, run)
+    assert seen[-1] == [] and not list(tmp_path.glob("fabric-counters-*"))

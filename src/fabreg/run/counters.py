@@ -28,6 +28,13 @@ from fabreg.run.parsers.ethtool import parse_ethtool_stats
 
 SYSFS_INFINIBAND = Path("/sys/class/infiniband")
 SYSFS_NET = Path("/sys/class/net")
+#: The snapshots a job takes, in its directory: before its benchmark and after it.
+BEFORE = "fabric-counters-before.json"
+AFTER = "fabric-counters-after.json"
+#: Set in a job whose in-job driver takes the snapshots in its own process (two interpreters
+#: fewer a job than the job script's ``fabreg counters read``): the interfaces to read,
+#: comma-separated, or empty (the host's own, :func:`read_counters`).
+SNAPSHOTS_VARIABLE = "FABREG_COUNTER_SNAPSHOTS"
 
 # Port counters (IB spec names, same on every driver) worth watching in a regression.
 PORT_COUNTERS = (
@@ -197,6 +204,23 @@ def read_counters(interfaces: Iterable[str] = (), ib_root: Path = SYSFS_INFINIBA
     pause = read_pause_frames(names, ethtool)
     return CounterReading(values={**rdma.values, **pause.values},
                           unavailable=[*rdma.unavailable, *pause.unavailable])
+
+
+def snapshot_interfaces(environ: dict[str, str]) -> list[str] | None:
+    """The interfaces an in-job driver's snapshots read (:data:`SNAPSHOTS_VARIABLE`); None
+    where the job script takes them."""
+    named = environ.get(SNAPSHOTS_VARIABLE)
+    return None if named is None else [i for i in named.split(",") if i]
+
+
+def write_snapshot(path: Path, interfaces: Iterable[str]) -> None:
+    """A reading written to ``path``; a reading that fails leaves no file (the check then
+    says the snapshot is not usable) and never fails the job, as ``|| true`` in a job
+    script."""
+    try:
+        path.write_text(read_counters(interfaces).to_json() + "\n")
+    except (OSError, subprocess.SubprocessError, FabregError, ValueError):
+        path.unlink(missing_ok=True)
 
 
 def deltas(before: CounterReading, after: CounterReading) -> CounterDeltas:

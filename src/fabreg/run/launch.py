@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from fabreg.errors import FabregError
+from fabreg.run import counters
 
 #: Says, line by line, whether the output is complete (the line that ends it was seen).
 Completion = Callable[[bytes], bool]
@@ -217,15 +218,22 @@ def driver_main(module: str, argv: list[str] | None, plan_type: type[JsonPlan],
     """The ``main`` of an in-job driver, ``python -m <module> PLAN.json``: ``run(plan,
     workdir)`` returns the driver's result; a FabregError is one line and status 1, a launch
     ended after its complete results is said, and the status is the result's ``returncode``
-    (default 0)."""
+    (default 0). Where the check hands it the fabric counters' snapshots
+    (:data:`fabreg.run.counters.SNAPSHOTS_VARIABLE`), it takes them around ``run``."""
     path = plan_argument(module, argv)
     if path is None:
         return 2
+    interfaces = counters.snapshot_interfaces(dict(os.environ))
+    if interfaces is not None:
+        counters.write_snapshot(path.parent / counters.BEFORE, interfaces)
     try:
         result = run(plan_type.load(path), path.parent)
     except FabregError as err:
         print(f"fabreg: {err}", file=sys.stderr)
         return 1
+    finally:
+        if interfaces is not None:
+            counters.write_snapshot(path.parent / counters.AFTER, interfaces)
     if result.get("hung_after_results"):
         print("fabreg: a benchmark run printed its complete results and then did not exit; "
               "ended it, results kept", file=sys.stderr)

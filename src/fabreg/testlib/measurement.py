@@ -55,6 +55,7 @@ from fabreg.run.launch import KNOWN_HANG_GRACE_S
 from fabreg.run.references import Assessment
 from fabreg.schema import control_on_path, figures_on_path
 from fabreg.testlib.base import RUN_ID, stage_json
+from fabreg.testlib.counters import FabricCounters
 
 
 class ConfirmationSettings(rfm.RegressionTestPlugin):
@@ -134,6 +135,8 @@ class ConfirmationSettings(rfm.RegressionTestPlugin):
         self.executable = sys.executable
         self.executable_opts = ["-m", module, plan]
         self.keep_files = [*self.keep_files, plan, *kept]
+        if isinstance(self, FabricCounters):
+            self.leave_counters_to_driver()
 
     def host_control_figures(self) -> tuple[str, ...]:
         """The host control figures on this check's software path: its ``transport``'s."""
