@@ -37,24 +37,34 @@ class FabricCounters(rfm.RegressionTestPlugin):
     #: :default: ``"unavailable: not read"``
     fabric_counters = variable(str, value="unavailable: not read", loggable=True)
 
+    #: Whether the job's in-job driver takes the snapshots (:meth:`leave_counters_to_driver`).
+    #:
+    #: :type: ``bool``
+    #: :default: ``False``
+    counters_in_driver = variable(bool, value=False, loggable=False)
+
     def counter_interfaces(self) -> list[str]:
         return list(self.current_partition.extras.get("tcp_interfaces") or [])
 
     @run_before("run")
     def snapshot_counters_around_job(self) -> None:
+        self.keep_files = [*self.keep_files, BEFORE, AFTER]
+        if self.counters_in_driver:
+            return
         interfaces = self.counter_interfaces()
         self.prerun_cmds = [snapshot_command(BEFORE, interfaces), *self.prerun_cmds]
         self.postrun_cmds = [*self.postrun_cmds, snapshot_command(AFTER, interfaces)]
-        self.keep_files = [*self.keep_files, BEFORE, AFTER]
 
     def leave_counters_to_driver(self) -> None:
         """The job's in-job driver takes the snapshots in its own process instead of the job
-        script: an interpreter started for each costs 0.1 s, twice a job."""
+        script: an interpreter started for each costs 0.1 s, twice a job. Called before or
+        after :meth:`snapshot_counters_around_job`, the job script takes none."""
         interfaces = self.counter_interfaces()
         before, after = (snapshot_command(name, interfaces) for name in (BEFORE, AFTER))
         self.prerun_cmds = [c for c in self.prerun_cmds if c != before]
         self.postrun_cmds = [c for c in self.postrun_cmds if c != after]
         self.env_vars[SNAPSHOTS_VARIABLE] = shlex.quote(",".join(interfaces))
+        self.counters_in_driver = True
 
     @run_before("performance")
     def counter_deltas(self) -> None:
