@@ -19,7 +19,7 @@ import json
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -206,7 +206,7 @@ def read_counters(interfaces: Iterable[str] = (), ib_root: Path = SYSFS_INFINIBA
                           unavailable=[*rdma.unavailable, *pause.unavailable])
 
 
-def snapshot_interfaces(environ: dict[str, str]) -> list[str] | None:
+def snapshot_interfaces(environ: Mapping[str, str]) -> list[str] | None:
     """The interfaces an in-job driver's snapshots read (:data:`SNAPSHOTS_VARIABLE`); None
     where the job script takes them."""
     named = environ.get(SNAPSHOTS_VARIABLE)

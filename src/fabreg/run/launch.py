@@ -223,7 +223,7 @@ def driver_main(module: str, argv: list[str] | None, plan_type: type[JsonPlan],
     path = plan_argument(module, argv)
     if path is None:
         return 2
-    interfaces = counters.snapshot_interfaces(dict(os.environ))
+    interfaces = counters.snapshot_interfaces(os.environ)
     if interfaces is not None:
         counters.write_snapshot(path.parent / counters.BEFORE, interfaces)
     try:
