@@ -24,7 +24,13 @@ per collective, its row, the judged jobs that failed it (healthy values: false a
 how many of them the control explained (left ``inconclusive``) and how many still fail; and,
 for the smallest fault worth catching (the same values at twice their time, a path at half
 speed), how many the band caught and how many of those the control would have excused
-(masked). Then the control under a CPU hog on one core, through a failing job's path.
+(masked). The same for a TCP value of the emulated cluster (Open MPI's and MPICH's 2-rank
+``osu_bw`` of 1 MiB over the suite's TCP transport, on the loopback: the path of its links'
+bandwidth without the links; a fault: the path at half speed), judged by the TCP path's
+figures and, beside them, by that path with the placements' figures too (the handoff and
+the shared compute): whether those would explain the TCP values that a slow placement fails,
+and what they would mask. Then the control under a CPU hog on one core, through a failing
+job's path.
 Usage (repository root):
 
     .venv/bin/python ci/bench/host_control_bench.py --rounds 300
@@ -41,7 +47,13 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from probes_vs_osu import MPIS, BenchError, build_probes, shm_value  # noqa: E402
+from probes_vs_osu import (  # noqa: E402
+    MPIS,
+    BenchError,
+    build_probes,
+    loopback_tcp_value,
+    shm_value,
+)
 
 from fabreg.review import suggest  # noqa: E402
 from fabreg.run import host_control  # noqa: E402
@@ -50,6 +62,10 @@ from fabreg.schema import HOST_CONTROL_FIGURES, figures_on_path, lower_is_better
 
 #: (probe, size): the shared-memory values that failed healthy sessions on this VM.
 CASES = (("osu_allgather", 131072), ("osu_allreduce", 65536), ("osu_allreduce", 1048576))
+#: (probe, size): a TCP value of the emulated cluster (its links' OSU bandwidth).
+TCP_CASE = ("osu_bw", 1048576)
+#: The probes whose values are bandwidths (higher is better); the others' are times.
+BANDWIDTHS = {"osu_bw", "osu_bibw"}
 WARN, FAIL = suggest.BASELINE_WARN, suggest.BASELINE_FAIL
 #: Rounds a judged job spans: a value is the best of its rounds (a job's repeats), a failing
 #: job's control the best of their controls (``host_control.FAILING_SAMPLES``).
@@ -80,6 +96,8 @@ def main() -> int:
     parser.add_argument("--baseline-runs", type=int, default=6,
                         help="rounds each collective's row is drawn from (default 6)")
     parser.add_argument("--mpis", default="openmpi,mpich")
+    parser.add_argument("--no-tcp", dest="tcp", action="store_false",
+                        help="leave out the TCP bandwidth over the loopback")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fabreg-control-bench-"))
     try:
@@ -98,10 +116,14 @@ def bench(args: argparse.Namespace, work: Path) -> int:
     controls: list[host_control.HostControl] = []
     series: dict[tuple[str, str, int], list[float]] = {(m, p, s): [] for m in mpis
                                                       for p, s in CASES}
+    tcp: dict[tuple[str, str, int], list[float]] = (
+        {(m, *TCP_CASE): [] for m in mpis} if args.tcp else {})
     for i in range(args.rounds):
         controls.append(host_control.measure_host())
         for m, p, s in series:
             series[(m, p, s)].append(shm_value(m, probes[m], p, s, 200, 20))
+        for m, p, s in tcp:
+            tcp[(m, p, s)].append(loopback_tcp_value(m, probes[m], p, s, 20, 2))
         c = controls[-1]
         print(f"round {i + 1}/{args.rounds}: handoff {c.handoff_bandwidth or 0:.1f} GB/s, "
               f"shared compute {c.shared_compute or 0:.2f} ms", file=sys.stderr)
@@ -127,9 +149,6 @@ def bench(args: argparse.Namespace, work: Path) -> int:
             cells += f"{ref.failure_limit:>{9 if rule == 'now' else 14}.3f}{beyond:>11}"
         print(f"{name + ' ' + unit:<22}{min(values):>9.3f}{statistics.median(values):>9.3f}"
               f"{max(values):>9.3f}{cells}")
-    # Before: the shared-memory path's figures were the round trip and the copy.
-    judges = {"now": (baselines["now"], shm),
-              "before": (baselines["before"], ("round_trip", "copy_bandwidth"))}
 
     jobs = [range(i, i + JOB) for i in range(half, args.rounds - JOB + 1, JOB)]
     first = [range(i, i + JOB) for i in range(0, half - JOB + 1, JOB)]
@@ -140,21 +159,62 @@ def bench(args: argparse.Namespace, work: Path) -> int:
           f"{args.rounds - half}. Failed: healthy jobs that failed, and those the control "
           "explained; a fault (the same values at twice their time): caught, and those the "
           "control would have excused (masked); now / before")
-    print(f"{'MPI, benchmark, size':<30}{'median us':>10}{'limit':>8}{'failed':>8}"
+    # Before: the shared-memory path's figures were the round trip and the copy.
+    judge_table(args, series, controls, first, jobs,
+                {"now": (baselines["now"], shm),
+                 "before": (baselines["before"], ("round_trip", "copy_bandwidth"))})
+    if tcp:
+        print("\nTCP bandwidth, 2 ranks over the loopback (the emulated cluster's TCP path "
+              "without its links), judged the same way; a fault: the value at half speed. "
+              "Explained / masked by the TCP path's figures now / by the path with the "
+              "placements' figures too (the handoff and the shared compute)")
+        judge_table(args, tcp, controls, first, jobs,
+                    {"now": (baselines["now"], figures_on_path("tcp")),
+                     "before": (baselines["now"], (*figures_on_path("tcp"),
+                                                   "handoff_bandwidth", "shared_compute"))})
+
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        loaded = [host_control.after_job("bench", 0.10, failing=True)
+                  for _ in range(min(half, 10))]
+    finally:
+        hog.kill()
+        hog.wait()
+    contended = sum(bool(c.get("contended")) for c in loaded)
+    slow = sum(not c.get("contended") and host_control.slow_host(c, baselines["now"])
+               is not None for c in loaded)
+    print(f"\nunder a CPU hog on one core, through a failing job's path (wait up to "
+          f"{host_control.QUIET_WAIT_S:g} s for a quiet host):")
+    print(f"  controls {len(loaded)}, contended (judge nothing) {contended}, "
+          f"beyond a limit while not contended {slow}")
+    return 0
+
+
+def judge_table(args: argparse.Namespace, series: dict[tuple[str, str, int], list[float]],
+                controls: list[host_control.HostControl], first: list[range],
+                jobs: list[range], judges: dict[str, tuple[dict[str, Reference], tuple]]) -> None:
+    """Print one row per value: its baseline row, the judged healthy jobs that failed it and
+    those the control explained, the fault's catches and those the control would mask, under
+    each of the two ``judges`` (baseline, figures on the path)."""
+    print(f"{'MPI, benchmark, size':<30}{'median':>10}{'limit':>8}{'failed':>8}"
           f"{'explained':>12}{'fault caught':>14}{'masked':>10}")
     totals = {"failed": 0, "caught": 0, "now": [0, 0], "before": [0, 0]}
     for (m, p, s), values in series.items():
-        best = [min(values[i] for i in job) for job in first]
-        ref = row(spread_out(best, args.baseline_runs), "us", True, False)
+        lower = p not in BANDWIDTHS
+        unit = "us" if lower else "MB/s"
+        best_of_job = min if lower else max
+        best = [best_of_job(values[i] for i in job) for job in first]
+        ref = row(spread_out(best, args.baseline_runs), unit, lower, False)
         failed = caught = 0
         excused = {"now": [0, 0], "before": [0, 0]}  # [explained, masked]
         for job in jobs:
-            value = min(values[i] for i in job)
+            value = best_of_job(values[i] for i in job)
             if value != value:
                 continue
             control = host_control.best_of([controls[i] for i in job]).as_dict()
-            for judged, fault in ((value, False), (2 * value, True)):
-                a = Assessment(f"latency_{s}", judged, "us", ref)
+            fault_value = 2 * value if lower else value / 2
+            for judged, fault in ((value, False), (fault_value, True)):
+                a = Assessment(f"{p}_{s}", judged, unit, ref)
                 if a.verdict != "fail":
                     continue
                 caught += fault
@@ -172,22 +232,6 @@ def bench(args: argparse.Namespace, work: Path) -> int:
     print(f"{'all, of ' + str(len(jobs) * len(series)) + ' jobs':<30}{'':>18}"
           f"{totals['failed']:>8}{both(totals, 0):>12}{totals['caught']:>14}"
           f"{both(totals, 1):>10}")
-
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        loaded = [host_control.after_job("bench", 0.10, failing=True)
-                  for _ in range(min(half, 10))]
-    finally:
-        hog.kill()
-        hog.wait()
-    contended = sum(bool(c.get("contended")) for c in loaded)
-    slow = sum(not c.get("contended") and host_control.slow_host(c, baselines["now"])
-               is not None for c in loaded)
-    print(f"\nunder a CPU hog on one core, through a failing job's path (wait up to "
-          f"{host_control.QUIET_WAIT_S:g} s for a quiet host):")
-    print(f"  controls {len(loaded)}, contended (judge nothing) {contended}, "
-          f"beyond a limit while not contended {slow}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -167,6 +167,21 @@ def shm_value(mpi: str, probes: Path, probe: str, size: int, iterations: int,
     """One launch of ``probe`` on 2 ranks over ``mpi``'s shared memory, as the suite
     launches it: its value at ``size``, NaN if it printed none."""
     spec = tx.launch_spec(mpi, "shm", nodes=1, ranks_per_node=2)
+    return _value(mpi, spec, probes, probe, size, iterations, warmup)
+
+
+def loopback_tcp_value(mpi: str, probes: Path, probe: str, size: int, iterations: int,
+                       warmup: int) -> float:
+    """One launch of ``probe`` on 2 ranks of this host over ``mpi``'s TCP transport, as the
+    suite launches it between two nodes (one rank each), on the loopback interface: the
+    software path of a TCP value of the emulated cluster, without its links."""
+    spec = tx.launch_spec(mpi, "tcp", nodes=2, ranks_per_node=1,
+                          net=tx.NetConfig(tcp_interfaces=("lo",)), verify=False)
+    return _value(mpi, spec, probes, probe, size, iterations, warmup)
+
+
+def _value(mpi: str, spec: tx.LaunchSpec, probes: Path, probe: str, size: int,
+           iterations: int, warmup: int) -> float:
     style = tx.launcher_style(mpi, MPIS[mpi].launcher)
     cmd = [*MPIS[mpi].launcher, *spec.options(style), str(probes / probe),
            "-m", f"{size}:{size}", "-i", str(iterations), "-x", str(warmup)]

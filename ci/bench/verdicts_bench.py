@@ -10,7 +10,10 @@ every link). Prints, side by side and per case, healthy runs failed or inconclus
 runs caught, and wall times. With ``--spans 0,60`` the healthy runs alternate between those
 confirmation spans (``confirm_span``: seconds over which a failing value's confirmation runs
 are spread) and are printed side by side: a spell in which the whole host runs slow fails a
-healthy run when its confirmation is measured at once, not when it is spread. Then the cost
+healthy run when its confirmation is measured at once, not when it is spread. With
+``--after-fault`` each healthy repetition runs right after a capped one was restored, as a site
+reruns its checks once a fault is fixed: the minute of sustained load a confirmed fault's
+session puts on a virtual host is then behind every healthy run but the first. Then the cost
 side: how many measurements a healthy and a capped value rest on (the perflog's
 ``measurements``), and the wall time of one capped session of ``--session-jobs`` failing jobs
 on the same link (``--repeat``, as the acceptance mode runs), where all but the first join the
@@ -19,7 +22,8 @@ as it was at REV (a git worktree: its checks and its ``fabreg`` package), side b
 (from the repository root, as root):
 
     .venv/bin/python ci/bench/verdicts_bench.py --repetitions 10 [--nodes 4] [--spans 0,60]
-                                                [--session-jobs 3] [--before REV]
+                                                [--after-fault] [--session-jobs 3]
+                                                [--before REV]
 """
 
 from __future__ import annotations
@@ -134,6 +138,9 @@ def main() -> int:
     parser.add_argument("--spans", default="",
                         help="confirmation spans (s) the healthy runs alternate between, e.g. "
                              "0,60 (default: the check's own)")
+    parser.add_argument("--after-fault", action="store_true",
+                        help="run each healthy repetition right after a capped one is restored "
+                             "(as a site reruns a check once a fault is fixed), not all first")
     parser.add_argument("--calibration-runs", type=int, default=8)
     parser.add_argument("--fractions", default="0.9,0.8,0.7,0.6,0.5",
                         help="link caps to try, as fractions of the calibrated bandwidth")
@@ -200,13 +207,25 @@ def main() -> int:
 
         spans = [s for s in args.spans.split(",") if s] or [""]
         healthy: dict[str, list[tuple[dict[str, str], float]]] = {s: [] for s in spans}
-        for i in range(args.repetitions):
+        half: list[tuple[dict[str, str], float]] = []
+        capped_runs = args.capped_repetitions or args.repetitions
+
+        def healthy_runs(i: int) -> None:
             for span in spans:  # alternating: a slow spell of the host meets every span
                 extra = ["-S", f"confirm_span={span}"] if span else []
                 healthy[span].append(reframe(tmp / f"healthy{i}-{span}", checks, env, cases,
                                              *extra, mpi=args.mpi))
-        half = [capped(0.5, f"half{i}")
-                for i in range(args.capped_repetitions or args.repetitions)]
+
+        if args.after_fault:  # a capped run, restored, then healthy runs: a site's rerun
+            for i in range(max(args.repetitions, capped_runs)):
+                if i < capped_runs:
+                    half.append(capped(0.5, f"half{i}"))
+                if i < args.repetitions:
+                    healthy_runs(i)
+        else:
+            for i in range(args.repetitions):
+                healthy_runs(i)
+            half = [capped(0.5, f"half{i}") for i in range(capped_runs)]
         sweep = {f: capped(f, f"cap{f}")[0] for f in map(float, args.fractions.split(","))}
         columns = {(f"healthy {s} s" if s else "healthy"): runs for s, runs in healthy.items()}
         columns["link at 1/2"] = half
