@@ -208,9 +208,10 @@ def judge_table(args: argparse.Namespace, series: dict[tuple[str, str, int], lis
         failed = caught = 0
         excused = {"now": [0, 0], "before": [0, 0]}  # [explained, masked]
         for job in jobs:
-            value = best_of_job(values[i] for i in job)
-            if value != value:
+            measured = [values[i] for i in job]
+            if any(v != v for v in measured):  # a launch printed no value: no job
                 continue
+            value = best_of_job(measured)
             control = host_control.best_of([controls[i] for i in job]).as_dict()
             fault_value = 2 * value if lower else value / 2
             for judged, fault in ((value, False), (fault_value, True)):
