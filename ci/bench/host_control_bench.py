@@ -49,6 +49,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from probes_vs_osu import (  # noqa: E402
     MPIS,
+    UNITS,
     BenchError,
     build_probes,
     loopback_tcp_value,
@@ -64,8 +65,6 @@ from fabreg.schema import HOST_CONTROL_FIGURES, figures_on_path, lower_is_better
 CASES = (("osu_allgather", 131072), ("osu_allreduce", 65536), ("osu_allreduce", 1048576))
 #: (probe, size): a TCP value of the emulated cluster (its links' OSU bandwidth).
 TCP_CASE = ("osu_bw", 1048576)
-#: The probes whose values are bandwidths (higher is better); the others' are times.
-BANDWIDTHS = {"osu_bw", "osu_bibw"}
 WARN, FAIL = suggest.BASELINE_WARN, suggest.BASELINE_FAIL
 #: Rounds a judged job spans: a value is the best of its rounds (a job's repeats), a failing
 #: job's control the best of their controls (``host_control.FAILING_SAMPLES``).
@@ -200,8 +199,8 @@ def judge_table(args: argparse.Namespace, series: dict[tuple[str, str, int], lis
           f"{'explained':>12}{'fault caught':>14}{'masked':>10}")
     totals = {"failed": 0, "caught": 0, "now": [0, 0], "before": [0, 0]}
     for (m, p, s), values in series.items():
-        lower = p not in BANDWIDTHS
-        unit = "us" if lower else "MB/s"
+        unit = UNITS.get(p, "us")
+        lower = lower_is_better(p, unit)
         best_of_job = min if lower else max
         best = [best_of_job(values[i] for i in job) for job in first]
         ref = row(spread_out(best, args.baseline_runs), unit, lower, False)
