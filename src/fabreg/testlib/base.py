@@ -26,9 +26,13 @@ import reframe.core.runtime as rt
 from reframe.core.exceptions import ReframeError, ReframeFatalError
 
 from fabreg.errors import FabregError
+from fabreg.testlib import reframe_warnings
 from fabreg.testlib.counters import FabricCounters
 from fabreg.testlib.jobs import SchedulerEndingMixin
 from fabreg.testlib.references import ReferencesMixin
+
+# Before ReFrame instantiates a single case of the checks that import this module.
+reframe_warnings.install()
 
 #: This ReFrame run (the checks' hooks run in its process): the notes its jobs leave each
 #: other (a hang after the results, a tail step, a lasting failure) are the run's own.
