@@ -50,4 +50,5 @@ def install() -> None:
 
 
 def installed() -> bool:
+    """Whether ReFrame's deprecation warnings walk the frames (:func:`install`)."""
     return isinstance(getattr(reframe_warnings, "inspect", None), FrameWalk)
