@@ -403,9 +403,10 @@ def test_a_link_capped_at_half_its_calibrated_bandwidth_fails_then_restore_passe
     checks.mkdir()
     shutil.copy(CHECKS / "osu.py", checks)
     (checks / "references").mkdir()
+    # (the 1 MiB value alone is judged: the curve below it is neither run nor validated)
     bandwidth = ["-n", "OsuBandwidth%transport=tcp%nodes=2", "-p", "openmpi",
-                 "-S", "perf_sizes=1048576", "-S", "iterations=20", "-S", "warmup=2",
-                 "-S", "repeats=5", "-S", "time_limit=5m"]
+                 "-S", "perf_sizes=1048576", "-S", "min_size=1048576", "-S", "iterations=20",
+                 "-S", "warmup=2", "-S", "repeats=5", "-S", "time_limit=5m"]
     db = tmp_path / "fabreg.db"
     began = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
     with host_running_slow(cluster):  # (one measurement: slow however many there are)
@@ -505,7 +506,8 @@ def test_another_job_on_the_same_node_makes_a_failing_value_inconclusive(cluster
             time.sleep(0.2)
         proc = cluster.reframe(tmp_path / "run", "-n", "OsuBandwidth%transport=tcp%nodes=2",
                                "-p", "openmpi", "-S", "perf_sizes=1048576",
-                               "-S", "iterations=20", "-S", "warmup=2", "-S", "quiet_wait=5",
+                               "-S", "min_size=1048576", "-S", "iterations=20",
+                               "-S", "warmup=2", "-S", "quiet_wait=5",
                                # the other job runs all along: no confirmation run is quiet,
                                # three short ones tell it as well as the default ten, and
                                # one first measurement as well as three

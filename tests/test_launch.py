@@ -24,7 +24,7 @@ def _complete(line: bytes) -> bool:
 
 
 def test_a_launch_that_hangs_after_its_results_is_ended_and_noted(tmp_path):
-    note = tmp_path / "stage" / ".fabreg-hangs-run" / "tcp-4n"
+    note = tmp_path / "stage" / ".fabreg-hangs-run" / "tcp"
     done = launch.run_once(HANGS, [], tmp_path / "out", _complete, 1.0, dict(os.environ),
                            hang_note=str(note))
     assert done.hung_after_results and done.returncode != 0
@@ -89,7 +89,7 @@ def test_the_command_line_ends_mpi_ranks_that_hang_after_their_results(tmp_path)
     marker = f"sleep {6000 + os.getpid() % 1000}"
     ranks = ["mpiexec.mpich", "-n", "2", "sh", "-c", f"echo 'pair 1 2 900.5'; "
              f"echo '# end fabreg_sweep status=ok'; exec {marker}"]
-    note, result = tmp_path / "hangs" / "tcp-2n", tmp_path / "launch.json"
+    note, result = tmp_path / "hangs" / "tcp", tmp_path / "launch.json"
     start = time.monotonic()
     proc = _launch_cli("--until", "# end fabreg_sweep", "--grace", "1", "--hang-note",
                        str(note), "--result", str(result), "--", *ranks)

@@ -188,7 +188,7 @@ def test_a_baseline_that_hung_after_its_results_shortens_the_runs_grace(streams,
         outputs[placement].write_text(proc.stdout)
     # the real outputs, each followed by a process that never exits (a hang in MPI_Finalize)
     hang = ["sh", "-c", 'cat "$0"; exec sleep 600']
-    note = tmp_path / "stage" / ".fabreg-hangs-run" / "tcp-2n"
+    note = tmp_path / "stage" / ".fabreg-hangs-run" / "tcp"
 
     def job(name: str, repeats: int) -> dict:
         work = tmp_path / name

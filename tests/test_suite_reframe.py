@@ -41,6 +41,18 @@ def test_quick_tag_is_a_small_subset(tmp_path):
         "OsuAllreduce", "OsuBandwidth", "OsuLatency"]
 
 
+def test_a_min_size_off_the_curve_skips_the_check_saying_why(tmp_path):
+    """A curve must start at a power of two that reaches every judged size: 3 B would start
+    OSU's doubling off the powers of two, 128 KiB would never measure the 64 KiB figure."""
+    for bad in ("3", "131072"):
+        proc = run_reframe("-l", "-n", "OsuBandwidth", "-S", f"OsuBandwidth.min_size={bad}",
+                           checks=CHECKS / "osu.py", perflog_dir=tmp_path / "p", cwd=tmp_path)
+        out = proc.stdout + proc.stderr
+        assert (f"osu_bw: min_size={bad} must be a power of two no larger than the smallest "
+                "perf size (65536)") in out, out[-2000:]
+        assert "Found 0 check(s)" in out and "Traceback" not in out, out[-2000:]
+
+
 def test_unknown_system_is_one_clear_error(tmp_path):
     proc = run_reframe("--system", "nosuchsystem", "-l", perflog_dir=tmp_path / "p",
                        cwd=tmp_path)

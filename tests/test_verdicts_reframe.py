@@ -18,6 +18,7 @@ import yaml
 from conftest import CHECKS, REPO, fabreg, run_reframe
 
 from fabreg.run import tail_environment
+from fabreg.run.parsers.osu import parse_osu
 from fabreg.run.references import host_key
 from fabreg.schema import HOST_CONTROL_FIGURES, MEASUREMENT_METHOD
 
@@ -188,6 +189,30 @@ def test_values_measured_fewer_times_than_asked_say_why(tmp_path):
     assert len(measured["launches"]) == 1
 
 
+def test_a_curve_from_min_size_runs_validates_and_keeps_only_its_own_sizes(tmp_path):
+    # what a check that judges only 1 MiB needs (the capped-link tests): every launch, the
+    # validation run and the kept curve start at min_size, and the value is judged as ever
+    checks = _checks(tmp_path)
+    (checks / "references" / "local.yaml").write_text(
+        UNREACHABLE.replace("value: 1000000000", "value: 1"))
+    proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL,
+                       "-S", "OsuBandwidth.perf_sizes=1048576",
+                       "-S", "OsuBandwidth.min_size=524288",
+                       checks=checks, perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    row = _row(tmp_path / "perflogs")
+    assert row["ref_status"] == "ok" and float(row["bandwidth_1MB_value"]) > 0, row
+    measured = json.loads(next((tmp_path / "output").rglob("measure.json")).read_text())
+    assert [x["options"][:2] for x in measured["launches"]] == [["-m", "524288:1048576"]]
+    stage = next((tmp_path / "output").rglob("measure-validation.out")).parent
+    validated = parse_osu((stage / "measure-validation.out").read_text())
+    assert sorted(validated.rows) == [524288, 1048576] and validated.has_validation
+    assert not validated.validation_failures
+    curve = (stage / "osu_curve.tsv").read_text().splitlines()
+    assert [line.split("\t")[0] for line in curve[1:]] == ["524288", "1048576"]
+
+
 def test_values_inside_their_warning_bands_are_measured_once_and_the_perflog_says_so(
         tmp_path):
     checks = _checks(tmp_path)
@@ -230,12 +255,13 @@ def test_a_curve_that_would_outrun_its_time_runs_fewer_iterations_and_says_so(tm
     checked = next((tmp_path / "output").rglob("measure-validation.out")).read_text()
     assert "Validation" in checked and "Fail" not in checked
     # where a hang after the results would be noted for the run's later jobs that launch the
-    # same way: beside the job's stage directory, one note per run, transport and node count
+    # same way: beside the job's stage directory, one note per run and transport (every node
+    # count's jobs share it)
     plan_path = next((tmp_path / "output").rglob("measure-plan.json"))
     note = Path(json.loads(plan_path.read_text())["hang_note"])
     stage = tmp_path / "stage" / plan_path.relative_to(tmp_path / "output").parent
     assert note.parent.parent == stage.parent, (note, stage)
-    assert note.parent.name.startswith(".fabreg-hangs-") and note.name.endswith("-1n")
+    assert note.parent.name.startswith(".fabreg-hangs-") and note.name == "shm"
     assert not note.exists()  # Open MPI on one node does not hang
 
 

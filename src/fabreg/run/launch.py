@@ -8,8 +8,8 @@ and a launch whose output is complete but which does not exit within a grace per
 (its process group, by PID) with its results kept; once one launch of a job hung so, the
 job's later launches get a short grace (``grace_after``), and so do the later jobs of the
 same ReFrame run that launch the same way: a launch that hung leaves a *hang note* (a file
-the check names, one per MPI, transport and node count in the run), and a job that finds
-it starts with the short grace.
+the check names, one per MPI and transport in the run, whatever the node count), and a job
+that finds it starts with the short grace.
 
 A check that launches its benchmark once, without a driver of its own (the sweep), runs it
 through this module's command line::

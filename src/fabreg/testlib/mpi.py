@@ -157,11 +157,15 @@ class MpiCheck(FabregCheck):
     transport_used = variable(str, value="", loggable=True)
 
     def hang_note(self) -> str:
-        """Where this run's jobs of this partition, MPI, transport and node count note that
-        a launch hung after its results (``fabreg.run.launch.note_hang``): the stage
-        directory's parent (the partition and environment's), which the job can write."""
-        return str(Path(self.stagedir).parent / f".fabreg-hangs-{RUN_ID}" /
-                   f"{self.transport}-{self.num_nodes}n")
+        """Where this run's jobs of this partition, MPI and transport note that a launch
+        hung after its results (``fabreg.run.launch.note_hang``): the stage directory's
+        parent (the partition and environment's), which the job can write.
+
+        One note for every node count: MPICH over UCX's TCP hangs on 2 nodes and on 4, and
+        the short grace it gives ends nothing else (a healthy launch exits within 0.25 s of
+        its complete table: every one of the 582 of a complete 4-node run), so a 4-node job
+        need not wait out in full a hang its 2-node jobs already showed."""
+        return str(Path(self.stagedir).parent / f".fabreg-hangs-{RUN_ID}" / self.transport)
 
     @run_after("init")
     def announce_unavailable_environments(self) -> None:

@@ -271,11 +271,19 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
     #: :type: ``list[int]``
     #: :default: ``[]``
     perf_sizes = variable(typ.List[int], value=[], loggable=False)
-    #: Largest size run (the curve spans 1 B .. max_size); defaults to the largest perf size.
+    #: Largest size run (the curve spans min_size .. max_size); defaults to the largest perf
+    #: size.
     #:
     #: :type: ``int``
     #: :default: ``0``
     max_size = variable(int, value=0, loggable=False)
+    #: Smallest size run: a power of two no larger than the smallest perf size. The curve
+    #: below it is neither run nor validated (a check that judges only large messages, as
+    #: the tests of a capped link do, skips the small sizes' runs).
+    #:
+    #: :type: ``int``
+    #: :default: ``1``
+    min_size = variable(int, value=1, loggable=False)
     #: Iterations and warm-up per size; 0 keeps OSU's defaults.
     #:
     #: :type: ``int``
@@ -323,6 +331,11 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
             self.perf_sizes = list(sizes)
         if not self.max_size:
             self.max_size = max(self.perf_sizes)
+        if self.min_size < 1 or self.min_size & (self.min_size - 1) or any(
+                self.min_size > size for size in self.perf_sizes):
+            raise ReframeError(f"{self.benchmark}: min_size={self.min_size} must be a power of "
+                               f"two no larger than the smallest perf size "
+                               f"({min(self.perf_sizes)})")
         self.descr = f"OSU {self.benchmark} ({metric} at {', '.join(map(str, self.perf_sizes))} B)"
 
     @run_after("setup")
@@ -343,7 +356,7 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
     def curve_options(self) -> list[str]:
         """The sizes of the whole curve, and the iteration and warm-up counts set by hand
         (none: OSU's own); a mixin adds its own options before them (a device's)."""
-        return (["-m", f"1:{self.max_size}"]
+        return (["-m", f"{self.min_size}:{self.max_size}"]
                 + (["-i", str(self.iterations)] if self.iterations else [])
                 + (["-x", str(self.warmup)] if self.warmup else []))
 
@@ -412,7 +425,8 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
         ``logs`` where the MPI said a rank died), or None."""
         result = parse_osu(text) if result is None else result
         problem = table_problem(result, self.benchmark,
-                                expected_sizes(result, self.benchmark, 1, self.max_size))
+                                expected_sizes(result, self.benchmark, self.min_size,
+                                               self.max_size))
         died = abort_line(text + "\n" + logs) if problem else None
         return f"{problem}; the MPI aborted: {died}" if died else problem
 
@@ -443,7 +457,7 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
         sizes_at = curve.index("-m") + 1
         return measure.Plan(
             command=command, full_options=curve, validate=self.validate,
-            full_sizes=powers_of_two(1, self.max_size),
+            full_sizes=powers_of_two(self.min_size, self.max_size),
             repeat_options=[*curve[:sizes_at], "{low}:{high}", *curve[sizes_at + 1:]],
             sizes=list(self.perf_sizes),
             lower_is_better=lower_is_better(metric, unit),
