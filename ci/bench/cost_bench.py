@@ -33,6 +33,12 @@ Usage:
 
 ``--by-nodes`` splits each report by the cases' node count (a 4-node cluster's run holds
 the 1-, 2- and 4-node variants): the session line then gives the cases' summed time.
+
+Each session line also counts the launches that hung after their complete results (MPICH
+4.0 over UCX's TCP, ended by the driver with their values kept) and how many of them waited
+out a full grace (``hang_grace``) rather than the short one a known hang gives
+(``fabreg.run.launch.KNOWN_HANG_GRACE_S``), with the seconds all of them spent past their
+results.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+
+from fabreg.run.launch import KNOWN_HANG_GRACE_S
 
 REPO = Path(__file__).resolve().parents[2]
 REFRAME = Path(sys.executable).parent / "reframe"
@@ -127,6 +135,20 @@ def driver_result(case: dict) -> dict | None:
     return None
 
 
+def hangs(result: dict) -> tuple[int, int, float]:
+    """The driver's launches that hung after their results: how many, how many of them
+    waited out a full grace, and the seconds all of them spent past their results (a short
+    run that says no ``results_s``, from before the driver wrote it, counts as past them
+    for the whole of its time beyond the short grace)."""
+    runs = [*(result.get("launches") or []), *(result.get("baseline_launches") or []),
+            *(x for x in (result.get("validation"), result.get("pilot")) if x)]
+    hung = [x for x in runs if isinstance(x, dict) and x.get("hung_after_results")]
+    past = [float(x["seconds"]) - float(x["results_s"]) if x.get("results_s") is not None
+            else float(x["seconds"]) for x in hung]
+    full = sum(p > KNOWN_HANG_GRACE_S + 1.0 for p in past)
+    return len(hung), full, sum(past)
+
+
 def case_costs(case: dict) -> dict[str, float] | None:
     """The case's wall time split into PARTS, or None for a case that measured nothing."""
     if case.get("result") != "pass":
@@ -145,9 +167,11 @@ def case_costs(case: dict) -> dict[str, float] | None:
                   ("time_setup", "time_compile", "time_sanity", "time_performance"))
     floor = launches[0]
     more = sum(launches[1:])
+    hung, full, past = hangs(result)
     return {"floor": floor, "pilot": pilot, "validation": validation, "more": more,
             "job_other": max(0.0, job - floor - more - pilot - validation),
-            "reframe": reframe, "total": job + reframe, "launches": len(launches)}
+            "reframe": reframe, "total": job + reframe, "launches": len(launches),
+            "hung": hung, "full_grace": full, "past_results": past}
 
 
 def family(case: dict) -> str:
@@ -255,10 +279,13 @@ def print_table(reports: list[Session]) -> None:
         sums = {k: sum(c[k] for c in cases) for k in (*PARTS, "total", "launches")}
         total = sums["total"] or 1.0
         shares = "  ".join(f"{k} {100 * sums[k] / total:4.1f}%" for k in PARTS)
+        hung = {k: sum(c[k] for c in cases) for k in ("hung", "full_grace", "past_results")}
         print(f"{r.system:24} {r.seconds:7.1f} s  {r.passed:4} passed {r.failed:3} failed  "
               f"{sum(len(c) for c in r.by_family.values()):4} measured "
               f"({sums['launches']:.0f} launches, {sums['total']:.1f} s): {shares}  "
-              f"({r.skipped} cases measured nothing: skipped or failed)")
+              f"({r.skipped} cases measured nothing: skipped or failed); hung after their "
+              f"results: {hung['hung']:.0f} launches, {hung['full_grace']:.0f} of them a full "
+              f"grace, {hung['past_results']:.1f} s past their results")
     if len(reports) == 2 and reports[0].seconds:
         print(f"\n# wall time {reports[1].system} / {reports[0].system}: "
               f"{reports[1].seconds / reports[0].seconds:.2f}")

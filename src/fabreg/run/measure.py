@@ -166,7 +166,8 @@ def last_operands(plan: Plan, options: list[str]) -> list[str]:
 def _short_run(done: Launch) -> dict[str, Any]:
     """What ``measure.json`` says of a short run (the validation run, the pilot)."""
     return {"seconds": round(done.seconds, 3), "returncode": done.returncode,
-            "hung_after_results": done.hung_after_results}
+            "hung_after_results": done.hung_after_results,
+            "results_s": None if done.results_s is None else round(done.results_s, 3)}
 
 
 def validation(plan: Plan, workdir: Path, env: dict[str, str], launched: list[Launch]
