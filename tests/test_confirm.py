@@ -69,14 +69,23 @@ def test_nothing_failing_is_not_measured_again(tmp_path):
 
 def test_a_long_wait_for_a_quiet_host_does_not_eat_the_span(tmp_path, monkeypatch):
     """The first run waits (here 2 s of 'other work' a scripted quiet wait reports); the span
-    is counted from that run's start, so the runs are still spread over it."""
+    is counted from that run's start, so the runs are still spread over it. Its start is its
+    measurement's: a first meter slow to start (here 50 ms, as on a loaded host) does not
+    bring the next run closer."""
     waits = iter([2.0])
+    meter_starts = iter([0.05])
+    start_meter = confirm.JobMeter.start
 
     def quiet_after_a_while(token, threshold, deadline):
         time.sleep(next(waits, 0.0))
         return 0.0
 
+    def slow_first_start(meter):
+        time.sleep(next(meter_starts, 0.0))
+        return start_meter(meter)
+
     monkeypatch.setattr(confirm, "wait_for_quiet", quiet_after_a_while)
+    monkeypatch.setattr(confirm.JobMeter, "start", slow_first_start)
     values, times, again = scripted([45.0] * 3)
     limits = {"lat": Limit(40.0, lower_is_better=True)}
     start = time.monotonic()

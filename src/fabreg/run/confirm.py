@@ -268,7 +268,9 @@ class Confirmation(ConfirmationPlan):
         started, begun = now, time.monotonic()
         # The span is counted from the first run's start, after its wait for a quiet host:
         # counted from before it, a long wait ate the span and the runs followed each other
-        # 1.4 s apart instead of 2 s (CI, session 12).
+        # 1.4 s apart instead of 2 s (CI, session 12). The start is the measurement's, its
+        # meter already running: counted from before the meter started, a first meter slow to
+        # start on a loaded host brought the second run 17 ms too close (CI, session 55).
         first: float | None = None
         for run in range(runs if confirming else 0):
             if first is not None:
@@ -277,11 +279,11 @@ class Confirmation(ConfirmationPlan):
             waited_from = time.monotonic()
             wait_for_quiet(self.token, self.contended_share, waited_from + quiet_left)
             quiet_left = max(0.0, quiet_left - (time.monotonic() - waited_from))
-            if first is None:
-                first, started = time.monotonic(), time.time()
             own = self.workdir / f"meter-confirm{run + 1}"
             own.mkdir(exist_ok=True)
             meter = JobMeter(self.token, own).start()
+            if first is None:
+                first, started = time.monotonic(), time.time()
             measured = measure_again(confirming)
             metered = meter.stop()
             self.other_shares.append(round(metered.share, 4))
