@@ -138,8 +138,8 @@ def driver_result(case: dict) -> dict | None:
 def hangs(result: dict) -> tuple[int, int, float]:
     """The driver's launches that hung after their results: how many, how many of them
     waited out a full grace, and the seconds all of them spent past their results (a short
-    run that says no ``results_s``, from before the driver wrote it, counts as past them
-    for the whole of its time beyond the short grace)."""
+    run that says no ``results_s``, from before the driver wrote it, counts the whole of its
+    time as past them)."""
     runs = [*(result.get("launches") or []), *(result.get("baseline_launches") or []),
             *(x for x in (result.get("validation"), result.get("pilot")) if x)]
     hung = [x for x in runs if isinstance(x, dict) and x.get("hung_after_results")]
