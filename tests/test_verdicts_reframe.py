@@ -205,11 +205,11 @@ def test_a_curve_from_min_size_runs_validates_and_keeps_only_its_own_sizes(tmp_p
     assert row["ref_status"] == "ok" and float(row["bandwidth_1MB_value"]) > 0, row
     measured = json.loads(next((tmp_path / "output").rglob("measure.json")).read_text())
     assert [x["options"][:2] for x in measured["launches"]] == [["-m", "524288:1048576"]]
-    stage = next((tmp_path / "output").rglob("measure-validation.out")).parent
-    validated = parse_osu((stage / "measure-validation.out").read_text())
+    kept = next((tmp_path / "output").rglob("measure-validation.out")).parent
+    validated = parse_osu((kept / "measure-validation.out").read_text())
     assert sorted(validated.rows) == [524288, 1048576] and validated.has_validation
     assert not validated.validation_failures
-    curve = (stage / "osu_curve.tsv").read_text().splitlines()
+    curve = (kept / "osu_curve.tsv").read_text().splitlines()
     assert [line.split("\t")[0] for line in curve[1:]] == ["524288", "1048576"]
 
 

@@ -276,16 +276,16 @@ def print_table(reports: list[Session]) -> None:
           "pilot / validation / more launches / in job other / ReFrame's stages)")
     for r in reports:
         cases = [c for cs in r.by_family.values() for c in cs]
-        sums = {k: sum(c[k] for c in cases) for k in (*PARTS, "total", "launches")}
+        sums = {k: sum(c[k] for c in cases) for k in
+                (*PARTS, "total", "launches", "hung", "full_grace", "past_results")}
         total = sums["total"] or 1.0
         shares = "  ".join(f"{k} {100 * sums[k] / total:4.1f}%" for k in PARTS)
-        hung = {k: sum(c[k] for c in cases) for k in ("hung", "full_grace", "past_results")}
         print(f"{r.system:24} {r.seconds:7.1f} s  {r.passed:4} passed {r.failed:3} failed  "
               f"{sum(len(c) for c in r.by_family.values()):4} measured "
               f"({sums['launches']:.0f} launches, {sums['total']:.1f} s): {shares}  "
               f"({r.skipped} cases measured nothing: skipped or failed); hung after their "
-              f"results: {hung['hung']:.0f} launches, {hung['full_grace']:.0f} of them a full "
-              f"grace, {hung['past_results']:.1f} s past their results")
+              f"results: {sums['hung']:.0f} launches, {sums['full_grace']:.0f} of them a full "
+              f"grace, {sums['past_results']:.1f} s past their results")
     if len(reports) == 2 and reports[0].seconds:
         print(f"\n# wall time {reports[1].system} / {reports[0].system}: "
               f"{reports[1].seconds / reports[0].seconds:.2f}")

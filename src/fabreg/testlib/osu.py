@@ -331,11 +331,10 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
             self.perf_sizes = list(sizes)
         if not self.max_size:
             self.max_size = max(self.perf_sizes)
-        if self.min_size < 1 or self.min_size & (self.min_size - 1) or any(
-                self.min_size > size for size in self.perf_sizes):
+        smallest = min(self.perf_sizes)
+        if self.min_size < 1 or self.min_size & (self.min_size - 1) or self.min_size > smallest:
             raise ReframeError(f"{self.benchmark}: min_size={self.min_size} must be a power of "
-                               f"two no larger than the smallest perf size "
-                               f"({min(self.perf_sizes)})")
+                               f"two no larger than the smallest perf size ({smallest})")
         self.descr = f"OSU {self.benchmark} ({metric} at {', '.join(map(str, self.perf_sizes))} B)"
 
     @run_after("setup")
