@@ -528,6 +528,31 @@ def test_a_curve_that_fits_its_time_keeps_the_benchmarks_own_counts(osu_latency,
     assert result["launches"][0]["options"] == ["-m", "1:1024"]
 
 
+def test_a_validation_run_that_puts_the_curve_well_inside_its_time_leaves_out_the_pilot(
+        osu_latency, tmp_path):
+    # the validation run is the pilot's short run with -c: where even it costs OSU's own
+    # counts at under half of curve_s (well under a second for 11 sizes here; 600 s, so that
+    # a scheduling hiccup between two rows, multiplied by OSU's 10,100 iterations, does not
+    # decide), the pilot would keep them too, so it is not run; every run keeps OSU's counts
+    result = measure.measure(plan(osu_latency, full_options=["-m", "1:1024"],
+                                  repeat_options=["-m", "{low}:{high}"], validate=True,
+                                  iteration_kind="latency", curve_s=600), tmp_path)
+    costed = result["pilot"]
+    assert costed["costed_by"] == "validation", costed
+    assert costed["iterations"] is None and costed["options"] == []
+    assert 0 < costed["default_s"] * measure.VALIDATION_COSTING_MARGIN <= 600
+    assert not (tmp_path / "measure-pilot.out").exists()
+    assert result["launches"][0]["options"] == ["-m", "1:1024"]
+    assert result["validation"]["returncode"] == 0 and "seconds" not in costed
+    # the same curve in 2 ms, less than 11 sizes of 10,100 iterations can take: the pilot runs
+    (tmp_path / "short").mkdir()
+    tight = measure.measure(plan(osu_latency, full_options=["-m", "1:1024"],
+                                 repeat_options=["-m", "{low}:{high}"], validate=True,
+                                 iteration_kind="latency", curve_s=0.002), tmp_path / "short")
+    assert tight["pilot"]["costed_by"] == "pilot", tight["pilot"]
+    assert (tmp_path / "short" / "measure-pilot.out").is_file()
+
+
 def test_without_a_pilot_nothing_is_costed(osu_latency, tmp_path):
     result = measure.measure(plan(osu_latency, repeats=1), tmp_path)
     assert result["pilot"] is None and not (tmp_path / "measure-pilot.out").exists()
@@ -535,15 +560,17 @@ def test_without_a_pilot_nothing_is_costed(osu_latency, tmp_path):
 
 def test_only_a_short_run_of_its_own_validates(osu_latency, tmp_path):
     # OSU's validation moves some figures 2x: the data of every size is checked in a short
-    # run first, and no measured run validates (one method per value)
+    # run first, and no measured run validates (one method per value); neither does the
+    # pilot, which runs where the curve may outrun its time (0.002 s: it does)
     result = measure.measure(plan(osu_latency, validate=True, iteration_kind="latency",
-                                  curve_s=60), tmp_path)
+                                  curve_s=0.002), tmp_path)
     checked = parse_osu((tmp_path / measure.VALIDATION_OUT).read_text())
     assert checked.has_validation and checked.validation_failures == []
     assert sorted(checked.rows) == [1 << k for k in range(11)]
     assert result["validation"]["returncode"] == 0, result["validation"]
     assert len(result["launches"]) == 3 and all("-c" not in x["options"]
                                                 for x in result["launches"])
+    assert result["pilot"]["costed_by"] == "pilot", result["pilot"]
     assert "Validation" not in parse_osu((tmp_path / "measure-pilot.out").read_text()).columns
     (tmp_path / "plain").mkdir()
     without = measure.measure(plan(osu_latency, repeats=1), tmp_path / "plain")

@@ -27,7 +27,10 @@ Before all that, two short runs of the whole curve with a handful of iterations:
   some figures up to 2x either way, so no measured run carries it (one method per value);
 - where the plan asks for it, a *pilot* that costs the curve
   (:mod:`fabreg.run.iteration_budget`): if OSU's own iteration counts would make it longer
-  than ``curve_s``, every later run of the job uses the count that fits.
+  than ``curve_s``, every later run of the job uses the count that fits. The validation run
+  has the pilot's options with ``-c`` added, so it costs the curve too: where it puts OSU's
+  own counts within ``curve_s / VALIDATION_COSTING_MARGIN``, the pilot would keep them
+  whatever ``-c`` moved, and it is not run.
 
 Everything it learnt goes to ``measure.json`` beside the benchmark's outputs.
 """
@@ -53,6 +56,7 @@ from fabreg.run.interference import (
 from fabreg.run.iteration_budget import (
     PILOT_ITERATIONS,
     PILOT_WARMUP,
+    IterationBudget,
     iteration_costs,
     iterations_within,
 )
@@ -74,6 +78,12 @@ PLAN = "measure-plan.json"
 VALIDATION_OUT = "measure-validation.out"
 VALIDATION_ERR = "measure-validation.err"
 _ROW = re.compile(rb"^\s*(\d+)\s+[-+0-9.]")
+#: How far inside ``curve_s`` the validation run must put OSU's own counts for the pilot to
+#: be left out: ``-c`` moves a table's figure up to 2x either way, so a curve that fits half
+#: the time with it fits the whole without. (Its row times, which the costs rest on, also
+#: carry the buffers' filling and checking: ci/bench/validation_costing_bench.py found the
+#: pilot's estimate 0.10-0.67 of the validation run's, never above it.)
+VALIDATION_COSTING_MARGIN = 2.0
 
 
 @dataclass
@@ -170,31 +180,61 @@ def _short_run(done: Launch) -> dict[str, Any]:
             "results_s": None if done.results_s is None else round(done.results_s, 3)}
 
 
-def validation(plan: Plan, workdir: Path, env: dict[str, str], launched: list[Launch]
-               ) -> dict[str, Any] | None:
-    """Check the data of every size in a short run with OSU's ``-c``; None when the plan does
-    not validate. The check's sanity reads the table (``VALIDATION_OUT``)."""
-    if not plan.validate:
+def costed(plan: Plan) -> bool:
+    """Whether the plan bounds the curve's iterations by time (a pilot costs it)."""
+    return bool(plan.iteration_kind and plan.curve_s > 0)
+
+
+def short_run_budget(plan: Plan, out: Path, printed_at: dict[int, float], done: Launch,
+                     whole: bool = False) -> IterationBudget | None:
+    """What a short run of the whole curve (``short_options``) says the curve costs; None
+    where it failed or printed no row (``whole``: or its table is not complete)."""
+    times = _values(out, plan.full_sizes, plan.column)
+    if not times or (done.returncode and not done.hung_after_results):
         return None
-    done = run_once(plan.command, last_operands(plan, [*short_options(plan), "-c"]),
-                    workdir / VALIDATION_OUT,
-                    table_complete(plan.full_sizes),
+    if whole and max(plan.full_sizes) not in times:
+        return None
+    costs = iteration_costs(times, printed_at, PILOT_ITERATIONS + PILOT_WARMUP)
+    return iterations_within(costs, plan.iteration_kind, plan.curve_s)
+
+
+def validation(plan: Plan, workdir: Path, env: dict[str, str], launched: list[Launch]
+               ) -> tuple[dict[str, Any] | None, IterationBudget | None]:
+    """Check the data of every size in a short run with OSU's ``-c``: what ``measure.json``
+    says of it (None when the plan does not validate) and, where the plan costs the curve,
+    what the run says the curve costs. The check's sanity reads the table
+    (``VALIDATION_OUT``)."""
+    if not plan.validate:
+        return None, None
+    printed_at: dict[int, float] = {}
+    out = workdir / VALIDATION_OUT
+    done = run_once(plan.command, last_operands(plan, [*short_options(plan), "-c"]), out,
+                    stamped(table_complete(plan.full_sizes), printed_at),
                     grace_after(launched, plan.grace_s, plan.hang_note), env,
                     hang_note=plan.hang_note, errors=workdir / VALIDATION_ERR)
     launched.append(done)
-    return _short_run(done)
+    budget = short_run_budget(plan, out, printed_at, done, whole=True) if costed(plan) \
+        else None
+    return _short_run(done), budget
 
 
-def pilot(plan: Plan, workdir: Path, env: dict[str, str], launched: list[Launch]
-          ) -> dict[str, Any] | None:
+def pilot(plan: Plan, workdir: Path, env: dict[str, str], launched: list[Launch],
+          validated: IterationBudget | None = None) -> dict[str, Any] | None:
     """Cost the curve with a short run of the whole-curve options; None when the plan asks
     for no pilot.
+
+    ``validated``: what the validation run said the curve costs. Where it keeps OSU's counts
+    with ``VALIDATION_COSTING_MARGIN`` to spare, so would the pilot: it is not run, and the
+    record says ``costed_by: validation``.
 
     A pilot that prints no usable table leaves OSU's counts: the whole-curve run that
     follows is what reports the benchmark's problem.
     """
-    if not (plan.iteration_kind and plan.curve_s > 0):
+    if not costed(plan):
         return None
+    if (validated is not None and validated.iterations is None
+            and validated.default_s * VALIDATION_COSTING_MARGIN <= plan.curve_s):
+        return {"costed_by": "validation", **validated.as_dict(), "options": []}
     options = last_operands(plan, short_options(plan))
     out = workdir / "measure-pilot.out"
     printed_at: dict[int, float] = {}
@@ -203,11 +243,8 @@ def pilot(plan: Plan, workdir: Path, env: dict[str, str], launched: list[Launch]
                     grace_after(launched, plan.grace_s, plan.hang_note), env,
                     hang_note=plan.hang_note, errors=workdir / "measure-pilot.err")
     launched.append(done)
-    times = _values(out, plan.full_sizes, plan.column)
-    found = _short_run(done)
-    if times and (not done.returncode or done.hung_after_results):
-        costs = iteration_costs(times, printed_at, PILOT_ITERATIONS + PILOT_WARMUP)
-        budget = iterations_within(costs, plan.iteration_kind, plan.curve_s)
+    found = {"costed_by": "pilot", **_short_run(done)}
+    if budget := short_run_budget(plan, out, printed_at, done):
         found.update(budget.as_dict(), options=budget.options())
     return found
 
@@ -223,9 +260,9 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     measurements = Measurements(dict.fromkeys(map(str, plan.sizes), plan.lower_is_better))
     # The short runs' launches: a hang there shortens the later graces.
     short: list[Launch] = []
-    validated = validation(plan, workdir, env, short)
-    costed = pilot(plan, workdir, env, short)
-    counts = list(costed.get("options", [])) if costed else []
+    validated, validation_budget = validation(plan, workdir, env, short)
+    budget = pilot(plan, workdir, env, short, validation_budget)
+    counts = list(budget.get("options", [])) if budget else []
 
     # When each row of the first run over the whole curve came: what each size costs.
     printed_at: dict[int, float] = {}
@@ -276,7 +313,7 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
                                                 bool(measurements.failing(limits))),
         **summary(launches),
         "validation": validated,
-        "pilot": costed,
+        "pilot": budget,
         # The job's status: the first launch's, or 0 if it hung after complete results.
         "returncode": 0 if launches[0].hung_after_results else launches[0].returncode,
     }
