@@ -218,22 +218,28 @@ def validation(plan: Plan, workdir: Path, env: dict[str, str], launched: list[La
     return _short_run(done), budget
 
 
+def pilot_left_out(plan: Plan, validated: IterationBudget | None) -> bool:
+    """Whether the validation run's estimate keeps OSU's counts with
+    ``VALIDATION_COSTING_MARGIN`` to spare, so that the pilot would keep them too."""
+    return (validated is not None and validated.iterations is None
+            and validated.default_s * VALIDATION_COSTING_MARGIN <= plan.curve_s)
+
+
 def pilot(plan: Plan, workdir: Path, env: dict[str, str], launched: list[Launch],
           validated: IterationBudget | None = None) -> dict[str, Any] | None:
     """Cost the curve with a short run of the whole-curve options; None when the plan asks
     for no pilot.
 
-    ``validated``: what the validation run said the curve costs. Where it keeps OSU's counts
-    with ``VALIDATION_COSTING_MARGIN`` to spare, so would the pilot: it is not run, and the
-    record says ``costed_by: validation``.
+    ``validated``: what the validation run said the curve costs. Where that leaves the pilot
+    out (:func:`pilot_left_out`), it is not run, and the record says ``costed_by:
+    validation``.
 
     A pilot that prints no usable table leaves OSU's counts: the whole-curve run that
     follows is what reports the benchmark's problem.
     """
     if not costed(plan):
         return None
-    if (validated is not None and validated.iterations is None
-            and validated.default_s * VALIDATION_COSTING_MARGIN <= plan.curve_s):
+    if validated is not None and pilot_left_out(plan, validated):
         return {"costed_by": "validation", **validated.as_dict(), "options": []}
     options = last_operands(plan, short_options(plan))
     out = workdir / "measure-pilot.out"
