@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from fabreg.cluster.layout import BRIDGE
 from fabreg.testlib.build_cache import CACHE_VARIABLE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -171,3 +172,19 @@ def reframe_binary() -> str | None:
     """The ReFrame next to this interpreter (the project's .venv), else on PATH."""
     here = Path(sys.executable).parent / "reframe"
     return str(here) if here.exists() else shutil.which("reframe")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Say at once, not half an hour later, that the cluster tests cannot run: a kept
+    ``fabreg cluster up`` cluster owns the bridge every one of them brings up its own on.
+    Under CI (where each of them would fail) the run ends here with that one line."""
+    bridge = Path("/sys/class/net") / BRIDGE
+    cluster_tests = [i for i in session.items if i.get_closest_marker("cluster")]
+    if not cluster_tests or not bridge.exists():
+        return
+    reason = (f"a fabreg cluster is already up on this machine (bridge {BRIDGE}): "
+              f"{len(cluster_tests)} cluster test(s) bring up their own; "
+              "run `fabreg cluster down` first")
+    if os.environ.get("CI"):
+        pytest.exit(reason, returncode=1)
+    session.config.get_terminal_writer().line(f"warning: {reason}; they will skip", yellow=True)

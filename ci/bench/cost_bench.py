@@ -24,10 +24,15 @@ records this host's baseline from them (``fabreg references calibrate``, ``--min
 which then judges every timed session: a site's nightly, as against a fresh clone's first
 run. ``--calibration-exclude PATTERN`` leaves cases out of the calibration sessions only
 (the loaded tail environments, which no reference judges, save a third of a 4-node session).
+``--calibration-gap MIN`` spaces the calibration sessions (a virtual host's states last
+minutes to hours: a baseline of back-to-back sessions holds for the hour it was measured
+in), and ``--baseline DIR`` judges the sessions by a baseline recorded earlier instead
+(``references/SYSTEM/`` of a kept ``--calibrate`` run's checks).
 
 Usage:
   python ci/bench/cost_bench.py [--system local] [--system minicluster] [--before REV]
-                                [--calibrate N [--min-runs N] [--calibration-exclude PATTERN]]
+                                [--calibrate N [--min-runs N] [--calibration-exclude PATTERN]
+                                 [--calibration-gap MIN] | --baseline DIR]
                                 [--keep] [-- RFM_OPTIONS...]
   python ci/bench/cost_bench.py --report run-report.json [--report ...] [--by-nodes]
 
@@ -51,6 +56,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,13 +106,19 @@ def copied_checks(repo: Path, to: Path) -> Path:
 
 
 def calibrate(system: str, sessions: int, rfm_args: list[str], work: Path,
-              checks: list[Path], min_runs: int = 5) -> None:
+              checks: list[Path], min_runs: int = 5, gap_s: float = 0.0) -> None:
     """Run ``sessions`` sessions of the current suite and record this host's baseline from
     them into every one of ``checks`` (``fabreg references calibrate``; a key measured in
-    fewer than ``min_runs`` of them gets no row)."""
+    fewer than ``min_runs`` of them gets no row). Each session starts ``gap_s`` after the
+    previous one started, at the earliest: a virtual host's states last minutes to hours,
+    and a baseline of back-to-back sessions knows only the hour it was measured in."""
     db = work / f"calibrate-{system}.db"
     fabreg = [sys.executable, "-m", "fabreg.cli"]
+    first = last = time.monotonic()
     for i in range(sessions):
+        if i:
+            time.sleep(max(0.0, last + gap_s - time.monotonic()))
+        last = time.monotonic()
         report = run_suite(system, rfm_args, work, label=f"calibration{i + 1}",
                            checks=checks[-1])
         perflogs = report.parent / report.stem.removeprefix("report-") / "perflogs"
@@ -116,11 +128,21 @@ def calibrate(system: str, sessions: int, rfm_args: list[str], work: Path,
                           capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"cost_bench: calibration failed: {done.stderr.strip()}")
-    print(f"# baseline from {sessions} sessions: {done.stdout.strip().splitlines()[-1]}",
-          file=sys.stderr, flush=True)
+    print(f"# baseline from {sessions} sessions over {(time.monotonic() - first) / 60:.0f} "
+          f"min: {done.stdout.strip().splitlines()[-1]}", file=sys.stderr, flush=True)
     recorded = checks[-1] / "references" / system
     for other in checks[:-1]:
         shutil.copytree(recorded, other / "references" / system, dirs_exist_ok=True)
+
+
+def use_baseline(system: str, baseline: Path, checks: list[Path]) -> None:
+    """Judge every one of ``checks`` by ``baseline``: a host baseline folder recorded
+    earlier (``references/<system>/`` of a kept ``--calibrate`` run's checks)."""
+    if not any(baseline.glob("*.yaml")):
+        raise SystemExit(f"cost_bench: {baseline}: no host baseline (*.yaml) in it")
+    for tree in checks:
+        shutil.copytree(baseline, tree / "references" / system, dirs_exist_ok=True)
+    print(f"# judged by the baseline in {baseline}", file=sys.stderr, flush=True)
 
 
 def driver_result(case: dict) -> dict | None:
@@ -307,12 +329,20 @@ def main() -> None:
     parser.add_argument("--calibration-exclude", metavar="PATTERN",
                         help="with --calibrate: leave these cases out of the calibration "
                              "sessions (ReFrame -x; e.g. checks no reference judges)")
+    parser.add_argument("--calibration-gap", type=float, default=0.0, metavar="MIN",
+                        help="with --calibrate: start each calibration session at least MIN "
+                             "minutes after the previous one started (default 0)")
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="judge the sessions by this host baseline folder instead of "
+                             "calibrating (references/SYSTEM/ of a kept --calibrate run)")
     parser.add_argument("--by-nodes", action="store_true",
                         help="with --report: one column per node count of each report")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary directory (reports, perflogs, outputs)")
     parser.add_argument("rfm_args", nargs="*", help="after --: ReFrame options")
     args = parser.parse_args()
+    if args.baseline and args.calibrate:
+        parser.error("--baseline and --calibrate exclude each other")
     reports = [s for p in args.report for s in by_nodes(p)] if args.by_nodes else \
         [read_report(p) for p in args.report]
     if not args.report or args.system:
@@ -331,11 +361,15 @@ def main() -> None:
                     excluded = ["-x", args.calibration_exclude] \
                         if args.calibration_exclude else []
                     calibrate(system, args.calibrate, [*args.rfm_args, *excluded], work,
-                              [checks for _, checks in trees.values()], args.min_runs)
+                              [checks for _, checks in trees.values()], args.min_runs,
+                              args.calibration_gap * 60)
+                elif args.baseline:
+                    use_baseline(system, args.baseline, [c for _, c in trees.values()])
                 for label, (repo, checks) in trees.items():
                     reports.append(read_report(run_suite(
                         system, args.rfm_args, work, repo,
-                        label if args.before or args.calibrate else "", checks)))
+                        label if args.before or args.calibrate or args.baseline else "",
+                        checks)))
         finally:
             if args.before:
                 subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from fabreg.errors import FabregError
 from fabreg.schema import KEY_FIELDS, VERDICTS, lower_is_better
 
@@ -111,6 +109,8 @@ class ReferenceTable:
 
     @classmethod
     def load(cls, path: str | Path) -> ReferenceTable:
+        import yaml  # here: every in-job driver imports this module and never reads a file
+
         path = Path(path)
         try:
             doc = yaml.safe_load(path.read_text())
