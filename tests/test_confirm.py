@@ -180,6 +180,37 @@ def test_failures_of_one_cause_in_a_run_are_confirmed_together(tmp_path, monkeyp
     assert len(times) == 4 and other.joined is None
 
 
+def test_a_joining_failure_needs_a_quiet_run_of_its_own(tmp_path, monkeypatch):
+    """A joined job's run that other work slowed is no evidence of the path: the short
+    confirmation goes on to its next run, and stops at the first quiet one that fails."""
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-2]")
+    notes = tmp_path / "notes"
+    now = time.time()
+    confirm.note_lasting_failure(notes / "node[1-2]",
+                                 confirm.LastingFailure(now - 120, now - 5, "41"))
+    busy = iter([True, False, True])
+
+    class FirstBusyMeter(QuietMeter):
+        def __init__(self, *args) -> None:
+            self.busy = next(busy)
+            self.share = 0.12 if self.busy else 0.0
+
+        def contended(self, share: float) -> bool:
+            return self.busy
+
+    monkeypatch.setattr(confirm, "JobMeter", FirstBusyMeter)
+    joined, quiet, times = confirm_failing(tmp_path, [45.0] * 4, notes, runs=10)
+    assert joined.joined is not None and len(times) == 2 and quiet == {"lat": 1}
+    assert joined.other_shares == [0.12, 0.0]
+    # On a host that never quietens the short confirmation ends after SHORT_CONFIRM_RUNS,
+    # with no quiet run: the failure is not noted again as lasting.
+    busy = iter([True] * 10)
+    before = confirm.lasting_failure(notes / "node[1-2]")
+    busy_job, quiet, times = confirm_failing(tmp_path, [45.0] * 4, notes, runs=10)
+    assert len(times) == confirm.SHORT_CONFIRM_RUNS and quiet == {}
+    assert confirm.lasting_failure(notes / "node[1-2]") == before
+
+
 def test_a_lasting_failure_too_young_or_too_old_is_confirmed_again(tmp_path, monkeypatch):
     monkeypatch.setattr(confirm, "JobMeter", QuietMeter)
     monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)

@@ -99,6 +99,9 @@ def beyond_limit(values: dict[Key, list[float]], limits: dict[Key, Limit],
         best(values[k], limits[k].lower_is_better), limits[k].value, limits[k].lower_is_better)]
 
 
+#: Runs of a short confirmation (a failure that joins a lasting one, or one confirmed once
+#: the run's budget is spent) at most: it stops at the first that still fails on a quiet host.
+SHORT_CONFIRM_RUNS = 3
 #: A lasting failure an earlier job of the run confirmed on the same path joins a new one's
 #: confirmation for this long after that job ended; later, the path is confirmed afresh.
 LASTING_FAILURE_FRESH_S = 600.0
@@ -253,7 +256,11 @@ class Confirmation(ConfirmationPlan):
         quiet host at least once, is noted for the run's later jobs. Once the run's
         confirmations took ``confirm_budget_s`` in all, a failure is confirmed by one quiet run too
         (``over_budget``): many failures at once are a broken fabric, and the run must end
-        in time to act on it.
+        in time to act on it. Such a short confirmation makes up to
+        :data:`SHORT_CONFIRM_RUNS` runs, one after the other, and stops at the first that
+        still fails on a quiet host: a run that other work slowed is no evidence of the
+        path (a joined job's one run, at 12 % other work, once failed a healthy matrix
+        multiply).
         """
         quiet: dict[Key, int] = {}
         confirming = list(failing)
@@ -263,7 +270,8 @@ class Confirmation(ConfirmationPlan):
             now - earlier.last <= LASTING_FAILURE_FRESH_S else None
         self.over_budget = bool(confirming and not self.joined and self.confirm_budget_s > 0 and
                                 spent_seconds(self.lasting_failures) >= self.confirm_budget_s)
-        runs = 1 if self.joined or self.over_budget else self.confirm_runs
+        short = bool(self.joined or self.over_budget)
+        runs = min(SHORT_CONFIRM_RUNS, self.confirm_runs) if short else self.confirm_runs
         quiet_left = self.quiet_wait_s
         started, begun = now, time.monotonic()
         # The span is counted from the first run's start, after its wait for a quiet host:
@@ -273,7 +281,7 @@ class Confirmation(ConfirmationPlan):
         # start on a loaded host brought the second run 17 ms too close (CI, session 55).
         first: float | None = None
         for run in range(runs if confirming else 0):
-            if first is not None:
+            if first is not None and not short:
                 slot = first + self.confirm_span_s * run / max(runs - 1, 1)
                 time.sleep(max(0.0, slot - time.monotonic()))
             waited_from = time.monotonic()
@@ -293,6 +301,8 @@ class Confirmation(ConfirmationPlan):
             confirming = still_failing(confirming)
             if not confirming:
                 break  # a run that no longer fails: the failure did not reproduce
+            if short and all(quiet.get(key) for key in confirming):
+                break  # a quiet run that still fails: the short confirmation's evidence
         if failing:
             add_spent(self.lasting_failures, time.monotonic() - begun)
         if confirming and any(quiet.get(key) for key in confirming):
