@@ -23,6 +23,8 @@ REFRAME = Path(sys.executable).parent / "reframe"
 #: loads its file alone (``CHECKS / "osu.py"``): ReFrame instantiates every case of what it
 #: loads, and the whole folder costs each session about 1.3 s more on a 2-core host.
 CHECKS = REPO / "checks"
+#: The emulated cluster's bridge: it exists while a ``fabreg cluster up`` cluster is up.
+CLUSTER_BRIDGE = Path("/sys/class/net") / BRIDGE
 
 
 #: This pytest process's temporary directory for the tools, and ``$TMPDIR`` before it.
@@ -178,9 +180,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Say at once, not half an hour later, that the cluster tests cannot run: a kept
     ``fabreg cluster up`` cluster owns the bridge every one of them brings up its own on.
     Under CI (where each of them would fail) the run ends here with that one line."""
-    bridge = Path("/sys/class/net") / BRIDGE
     cluster_tests = [i for i in session.items if i.get_closest_marker("cluster")]
-    if not cluster_tests or not bridge.exists():
+    if not cluster_tests or not CLUSTER_BRIDGE.exists():
         return
     reason = (f"a fabreg cluster is already up on this machine (bridge {BRIDGE}): "
               f"{len(cluster_tests)} cluster test(s) bring up their own; "

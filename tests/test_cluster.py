@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import CHECKS, REPO, fabreg, run_reframe
+from conftest import CHECKS, CLUSTER_BRIDGE, REPO, fabreg, run_reframe
 
 from fabreg.run import gpu, procfs
 from fabreg.run.site_init import slurm_config
@@ -32,7 +32,7 @@ from fabreg.testlib.prompt_squeue import completion_log
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 FABREG = [sys.executable, "-m", "fabreg.cli", "cluster"]
-BRIDGE = Path("/sys/class/net/fabregbr0")
+BRIDGE = CLUSTER_BRIDGE
 QUICK_CHECKS = ("OsuLatency", "OsuBandwidth", "OsuAllreduce")
 # Fewer iterations for the bandwidth-heavy checks keep a run to minutes on 2 shared cores;
 # a hung MPI job costs 3 minutes, not 10. One measurement a value: these runs prove the

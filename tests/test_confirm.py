@@ -206,7 +206,7 @@ def test_a_joining_failure_needs_a_quiet_run_of_its_own(tmp_path, monkeypatch):
     # with no quiet run: the failure is not noted again as lasting.
     busy = iter([True] * 10)
     before = confirm.lasting_failure(notes / "node[1-2]")
-    busy_job, quiet, times = confirm_failing(tmp_path, [45.0] * 4, notes, runs=10)
+    _, quiet, times = confirm_failing(tmp_path, [45.0] * 4, notes, runs=10)
     assert len(times) == confirm.SHORT_CONFIRM_RUNS and quiet == {}
     assert confirm.lasting_failure(notes / "node[1-2]") == before
 
