@@ -17,6 +17,14 @@ from fabreg.testlib.workloads import ProbeCheck, RepeatedProbe
 #: The judged figures -> their unit.
 UNITS = {"total": "s", "distribute": "s", "compute": "s", "gather": "s",
          "comm_fraction": "fraction", "gflops": "GFLOP/s"}
+#: The host control that judges the figures the CPU's arithmetic sets, beside (``total``,
+#: ``gflops``) or instead of (``compute``) the transport's path: a TCP job's ``compute``
+#: once ran 1.66x slow while its path's control, the loopback stream, read normal.
+CPU_CONTROL = "shared_compute"
+#: The figures of the arithmetic alone.
+ARITHMETIC = {"compute"}
+#: The figures of the whole multiply, communication and arithmetic.
+WHOLE = {"total", "gflops"}
 
 
 @rfm.simple_test
@@ -47,6 +55,18 @@ class Matmul(RepeatedProbe, ProbeCheck):
         self.executable_opts = ["-n", str(self.matrix_size), "-m", self.mode]
         if self.corrupt:
             self.executable_opts.append("--corrupt")
+
+    def host_control_figures(self) -> tuple[str, ...]:
+        path = super().host_control_figures()
+        return path if CPU_CONTROL in path else (*path, CPU_CONTROL)
+
+    def figures_judging(self, variable: str) -> tuple[str, ...]:
+        """``compute`` by the CPU's control, ``total`` and ``gflops`` by it and the path's,
+        the communication phases by the path's."""
+        if variable in ARITHMETIC:
+            return (CPU_CONTROL,)
+        path = super().host_control_figures()
+        return (*path, CPU_CONTROL) if variable in WHOLE and CPU_CONTROL not in path else path
 
     def references_wanted(self) -> dict[str, tuple[str, int | None, bool]]:
         return {name: (name, self.matrix_size, name == "gflops") for name in UNITS}

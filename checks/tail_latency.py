@@ -261,7 +261,8 @@ class TailLatency(ConfirmationSettings, MeteredJob, ProbeCheck):
         result = self.environment_result()
         return confirmed_verdicts(assessments, self.metered() or {"other_share": 0.0},
                                   self.contended(), self.confirmation,
-                                  dict(result.get("quiet_confirmations", {})), self.slow_host())
+                                  dict(result.get("quiet_confirmations", {})),
+                                  self.slow_hosts(assessments))
 
     def say_how_many_iterations(self, result: dict) -> None:
         """Say so when the runs were cut to fit ``run_seconds``."""

@@ -254,5 +254,5 @@ BUSY = {"other_share": 0.4, "cpu_s": 1.0, "wall_s": 1.0, "cpus": 2}
 ])
 def test_a_slow_host_makes_a_confirmed_failure_inconclusive(contended, quiet, slow, expected):
     got = confirmed_verdicts([FAIL, PASS], BUSY if contended else {"other_share": 0.0},
-                             contended, {}, quiet, slow)
+                             contended, {}, quiet, {FAIL.name: slow} if slow else {})
     assert {k: (v, why[:len(expected[k][1])]) for k, (v, why) in got.items()} == expected

@@ -603,3 +603,48 @@ def test_a_matmul_failure_is_the_best_of_its_repeats_confirmed_in_the_job(tmp_pa
     assert float(row["gflops_value"]) == max(measured["values"]["gflops"])
     assert float(row["total_value"]) == min(measured["values"]["total"])
     assert set(json.loads(row["spread"])) == set(measured["values"])
+
+
+#: A matrix multiply's compute phase no host meets, by far (the control below explains it).
+COMPUTE_UNREACHABLE = """system: local
+references:
+  - {benchmark: fabreg_matmul, metric: compute, size: 512, transport: shm, nodes: 1,
+     value: 1.0e-9, unit: s, fail: 0.5}
+"""
+
+
+@pytest.mark.parametrize("control_rows, verdict, why", [
+    # the copy and the handoff ran slow, the arithmetic did not: they cannot excuse it
+    (CONTROL_UNMET + "  - {benchmark: host_control, metric: shared_compute, value: 1000000, "
+                     "unit: ms, fail: 0.25}\n", "fail", None),
+    # the arithmetic beside a neighbour ran slow: the host, not the job
+    (CONTROL_MET + "  - {benchmark: host_control, metric: shared_compute, value: 1.0e-12, "
+                   "unit: ms, fail: 0.25}\n", "inconclusive",
+     "the host itself ran slow: compute beside a computing neighbour"),
+])
+def test_a_matmul_compute_phase_is_judged_by_the_cpu_control_alone(tmp_path, control_rows,
+                                                                    verdict, why):
+    """The compute phase is the CPU's arithmetic: the control of the shared compute judges
+    it, not the copy or the stream of the job's path (a TCP job's compute once ran 1.66x
+    slow while its loopback read normal, and a slow copy says nothing of the arithmetic)."""
+    checks = tmp_path / "checks"
+    (checks / "references").mkdir(parents=True)
+    shutil.copy(CHECKS / "matmul.py", checks)
+    (checks / "references" / "local.yaml").write_text(COMPUTE_UNREACHABLE + control_rows)
+    proc = run_reframe("-r", "-p", "openmpi", "-n",
+                       "Matmul%transport=shm%nodes=1%mode=blocking%matrix_size=512%ranks=2",
+                       "-S", "confirm_span=0", "-S", "confirm_runs=1", *SHORT_CONTROL,
+                       "-S", "contended_share=1.0", checks=checks,
+                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert (proc.returncode != 0) == (verdict == "fail"), out[-4000:]
+    (row,) = _rows(tmp_path / "perflogs", "Matmul")
+    assert json.loads(row["verdicts"])["compute"] == verdict, row
+    assert json.loads(row["confirmation"]) == {"compute": pytest.approx(
+        json.loads(row["confirmation"])["compute"])}  # confirmed before the control judged
+    control = json.loads(row["host_control"])
+    assert control["shared_compute"] > 0 and control["copy_bandwidth"] > 0, control
+    if why:
+        assert why in row["ref_notes"], row["ref_notes"]
+    else:
+        assert "memory copy" not in row["ref_notes"], row["ref_notes"]

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,17 +139,26 @@ class ConfirmationSettings(rfm.RegressionTestPlugin):
             self.leave_counters_to_driver()
 
     def host_control_figures(self) -> tuple[str, ...]:
-        """The host control figures on this check's software path: its ``transport``'s."""
+        """The host control figures the job measures, those that judge any of its values:
+        by default its ``transport``'s path's."""
         return figures_on_path(getattr(self, "transport", None))
+
+    def figures_judging(self, variable: str) -> tuple[str, ...]:
+        """The host control figures that judge perf variable ``variable``: by default all
+        the job measures (:meth:`host_control_figures`)."""
+        return self.host_control_figures()
 
     def logged_host_control(self, control: dict[str, Any]) -> dict[str, Any]:
         """The host control a driver measured, as the perflog logs it (with ``on_path``)."""
         return control_on_path(control, self.host_control_figures())
 
-    def slow_host(self) -> SlowHost | None:
-        """What of the host control on this check's path ran slow (None: nothing did)."""
-        return slow_host(self.host_control, self.host_control_references(),
-                         self.host_control_figures())
+    def slow_hosts(self, assessments: Sequence[Assessment]) -> dict[str, SlowHost]:
+        """Perf variable -> what of the host control that judges it ran slow, for the
+        variables of ``assessments`` whose control did (:meth:`figures_judging`)."""
+        baseline = self.host_control_references()
+        slow = {a.name: slow_host(self.host_control, baseline, self.figures_judging(a.name))
+                for a in assessments}
+        return {name: s for name, s in slow.items() if s}
 
 
 class ConfirmedValues(ConfirmationSettings):
@@ -220,7 +229,7 @@ class ConfirmedValues(ConfirmationSettings):
         quiet = {var: int(n) for key, n in result.get("quiet_confirmations", {}).items()
                  for var in self.variables_of(key)}
         return confirmed_verdicts(assessments, result["interference"], bool(result["contended"]),
-                                  self.confirmation, quiet, self.slow_host())
+                                  self.confirmation, quiet, self.slow_hosts(assessments))
 
 
 def lasting_failures_dir(stagedir: str) -> str:
@@ -252,20 +261,24 @@ def say_how_confirmed(check: Any, result: dict[str, Any]) -> None:
 
 def confirmed_verdicts(assessments: list[Assessment], interference: dict[str, Any],
                        contended: bool, first: dict[str, float], quiet: dict[str, int],
-                       slow: SlowHost | None = None) -> dict[str, tuple[str, str]]:
+                       slow: Mapping[str, SlowHost] | None = None
+                       ) -> dict[str, tuple[str, str]]:
     """The band's verdicts qualified by how the values were measured (the module's table).
 
     ``first``: perf variable -> its first best value, for the values measured again because
     they failed; ``quiet``: perf variable -> confirmation runs that measured it on a quiet host;
-    ``slow``: what of the host control on the values' path ran slow, or None.
+    ``slow``: perf variable -> what of the host control that judges it ran slow (none: the
+    variable's control did not).
     """
     out = {}
     for a in assessments:
-        judged_by_control = a.verdict == "fail" and slow and (not contended or quiet.get(a.name))
-        if judged_by_control and slow.explains(a):
-            out[a.name] = ("inconclusive", slow.reason(a))
+        ran_slow = (slow or {}).get(a.name)
+        judged_by_control = (a.verdict == "fail" and ran_slow
+                             and (not contended or quiet.get(a.name)))
+        if judged_by_control and ran_slow.explains(a):
+            out[a.name] = ("inconclusive", ran_slow.reason(a))
         elif judged_by_control and not contended:
-            out[a.name] = ("fail", slow.reason(a))
+            out[a.name] = ("fail", ran_slow.reason(a))
         elif a.verdict == "fail" and contended and quiet.get(a.name):
             # Every measurement failed, among them confirmation runs on a quiet host:
             # other work elsewhere in the job cannot have caused it.
