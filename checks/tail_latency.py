@@ -21,8 +21,9 @@ background asleep and streaming, so each run also shows whether the background r
 measured ranks at all. A host busy with other work makes an environment ``inconclusive``
 (never a sanity failure); so does a target this host cannot reach, with the figures. The
 collective algorithm is a parameter, so algorithms compare under the same environment
-(fabreg.run.collectives says how each MPI is told). Where busy-polling ranks outnumber the
-CPUs they share, the tail would be the OS scheduler's time slices: the case is skipped.
+(fabreg.run.collectives says how each MPI is told). Where ranks outnumber the CPUs they
+share, the tail would be the OS scheduler's time slices: the case is skipped (a loaded one
+only where the ranks busy-poll).
 """
 
 import json
@@ -150,14 +151,19 @@ class TailLatency(ConfirmationSettings, MeteredJob, ProbeCheck):
 
     @run_after("setup")
     def skip_a_tail_of_time_slices(self) -> None:
-        """Ranks that outnumber the CPUs they share, under an MPI whose waiting ranks
-        busy-poll, give a tail of the OS scheduler's time slices, not the fabric's or the
-        background's: on the emulated cluster (4 nodes on 2 cores) MPICH's quiet 64 KiB
-        allreduce had a p50 of 24-52 ms where Open MPI's, which yields, had 0.13-0.46 ms on
-        the same links, and its calibration steps' p99/p50 did not follow the background
-        (3.0 and 25 at the same step). A link at half speed adds tens of microseconds to
-        that; the case is skipped, saying so (``MpiCheck.skip_if_time_slices``)."""
-        self.skip_if_time_slices("tail")
+        """Ranks that outnumber the CPUs they share give a tail of the OS scheduler's time
+        slices, not the fabric's or the background's, under any MPI. On the emulated
+        cluster (4 nodes on 2 cores) MPICH's ranks, which busy-poll, had a quiet 64 KiB
+        allreduce p50 of 24-52 ms, and its calibration steps' p99/p50 did not follow the
+        background (3.0 and 25 at the same step). Open MPI's, which yield, had a p50 of
+        0.13-0.46 ms, but their quiet p99 read 0.3-4.6 ms, 10-20x the 2-node one, and one
+        case's spread 3.7x over 5 calibration runs (the 2-node ones 1.1-1.4x): such a band
+        fails one healthy run in six. A link at half speed adds tens of microseconds to
+        that; the case is skipped, saying so (``MpiCheck.skip_if_time_slices``). Yielding
+        ranks skip only the quiet environment, whose figures a baseline row judges: a
+        loaded one is judged by the ratio its background reaches, measured beside its own
+        quiet blocks on the same ranks."""
+        self.skip_if_time_slices("tail", yielding_too=not self.loaded())
 
     @run_after("setup")
     def select_algorithm(self) -> None:

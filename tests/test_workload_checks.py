@@ -250,6 +250,28 @@ def test_tail_latency_of_busy_polling_ranks_on_too_few_cpus_is_skipped_saying_wh
 
 
 @pytest.mark.slow
+def test_a_quiet_tail_of_more_ranks_than_cpus_is_skipped_under_an_mpi_that_yields_too(tmp_path):
+    """The quiet tail, which a baseline row judges, of more ranks than the node's CPUs is the
+    scheduler's under Open MPI too (its ranks yield, but each then waits for its peer's next
+    slice): skipped, saying so; its loaded environments, judged by the ratio their background
+    reaches, still run. A dry run: only what would run is decided."""
+    cpus = os.cpu_count() or 1
+    proc = run_reframe("--dry-run", "-n", "TailLatency%.*case=allreduce:default",
+                       "-p", "openmpi", "-S", f"TailLatency.measured_ranks={cpus + 1}",
+                       perflog_dir=tmp_path / "p", cwd=tmp_path,
+                       checks=CHECKS / "tail_latency.py")
+    out = _out(proc)
+    assert proc.returncode == 0, out[-4000:]
+    skipped = re.findall(r"SKIP.*\] \(.*\) TailLatency .*%environment=(\w+) .*\+(\w+) \[(.*)\]",
+                         out)
+    assert skipped == [("quiet", "openmpi", (
+        f"{cpus + 1} ranks on {cpus} CPUs: a rank that gives its CPU away still waits for its "
+        "peer's next time slice, so the tail would be the OS scheduler's time slices, not the "
+        f"fabric's; run it on a node of {cpus + 1} CPUs or more"))], skipped
+    assert out.count("DRY") >= 2, out[-4000:]  # the two loaded environments
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not have("mpicc.mpich"), reason="MPICH is not installed")
 def test_fanin_of_busy_polling_ranks_on_too_few_cpus_is_skipped_saying_why(tmp_path):
     """The fan-in runs 3 ranks on one node; on fewer CPUs MPICH's ranks, which busy-poll,

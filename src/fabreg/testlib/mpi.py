@@ -234,13 +234,15 @@ class MpiCheck(FabregCheck):
             return os.cpu_count() or 1
         return self.current_partition.processor.num_cpus or 0
 
-    def time_slices_reason(self, figure: str) -> str:
+    def time_slices_reason(self, figure: str, yielding_too: bool = False) -> str:
         """Why this job's ``figure`` would be the OS scheduler's time slices rather than the
         fabric's, or '' where it would not: its ranks outnumber the CPUs they share and its
         MPI's waiting ranks keep their CPU (``transport.busy_polls``), so a rank waits for
-        its peer's time slice at every step. One node's ranks share its CPUs; where the nodes
-        share one machine's cores (``extras['oversubscribe']``, the emulated cluster) all the
-        job's ranks do."""
+        its peer's time slice at every step. ``yielding_too``: a figure that ranks which
+        give their CPU away make the scheduler's as well (a tail: whenever every CPU is
+        taken, a message waits for its receiver's next slice). One node's ranks share its
+        CPUs; where the nodes share one machine's cores (``extras['oversubscribe']``, the
+        emulated cluster) all the job's ranks do."""
         nodes, per_node = self.placement()
         cpus = self.node_cpus()
         shared = nodes > 1 and bool(self.current_partition.extras.get("oversubscribe"))
@@ -248,6 +250,8 @@ class MpiCheck(FabregCheck):
         if not cpus or ranks <= cpus:
             return ""
         spins = tx.busy_polls(self.mpi, self.inventory())
+        if not spins and yielding_too:
+            spins = "a rank that gives its CPU away still waits for its peer's next time slice"
         if not spins:
             return ""
         if shared:
@@ -258,10 +262,10 @@ class MpiCheck(FabregCheck):
         return (f"{ranks} ranks on {cpus} CPUs{where}: {spins}, so the {figure} would be the OS "
                 f"scheduler's time slices, not the fabric's; run it on {instead}")
 
-    def skip_if_time_slices(self, figure: str) -> None:
+    def skip_if_time_slices(self, figure: str, yielding_too: bool = False) -> None:
         """Skip the case before its job, saying why, where its ``figure`` would be the OS
         scheduler's time slices (:meth:`time_slices_reason`)."""
-        reason = self.time_slices_reason(figure)
+        reason = self.time_slices_reason(figure, yielding_too)
         self.skip_if(bool(reason), reason)
 
     def launcher_style(self) -> str:
