@@ -60,6 +60,10 @@ class Matmul(RepeatedProbe, ProbeCheck):
         path = super().host_control_figures()
         return path if CPU_CONTROL in path else (*path, CPU_CONTROL)
 
+    def off_path_figures(self) -> tuple[str, ...]:
+        """The arithmetic's failure is the CPU's: it tells nothing of the path."""
+        return tuple(ARITHMETIC)
+
     def figures_judging(self, variable: str) -> tuple[str, ...]:
         """``compute`` by the CPU's control, ``total`` and ``gflops`` by it and the path's,
         the communication phases by the path's."""

@@ -27,6 +27,7 @@ from conftest import CHECKS, CLUSTER_BRIDGE, REPO, fabreg, run_reframe
 
 from fabreg.run import gpu, procfs
 from fabreg.run.site_init import slurm_config
+from fabreg.schema import CONTENDED_SHARE
 from fabreg.testlib.prompt_squeue import completion_log
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -526,6 +527,37 @@ def test_another_job_on_the_same_node_makes_a_failing_value_inconclusive(cluster
     assert row["exclusive"] == "no" and metered["other_share"] > 0.1, (row["exclusive"], metered)
     assert "sha256sum" in metered["top_other"], metered
     assert "inconclusive (other work took" in out and "sha256sum" in out, out[-4000:]
+
+
+@pytest.mark.skipif(not shutil.which("mpicc.mpich"), reason="MPICH is not installed")
+def test_a_one_node_mpich_jobs_confirmation_runs_count_its_ranks_as_its_own(cluster, tmp_path):
+    """MPICH's shared-memory bandwidth on one node against a value no host reaches: its
+    failing value is measured again, each run a fraction of a second of two busy-polling
+    ranks. Hydra starts them itself (``HYDRA_LAUNCHER=fork``), so the meter of each run counts
+    them as the job's own: on a quiet host the runs read quiet. Started through ``srun``
+    instead, the step daemon waited for the ranks, a run ended between two samples, and 9 of
+    10 such runs read 0.67-0.76 of the host as other work while the job read 0.5 %."""
+    checks = tmp_path / "checks"
+    checks.mkdir()
+    shutil.copy(CHECKS / "osu.py", checks)
+    (checks / "references").mkdir()
+    (checks / "references" / "minicluster.yaml").write_text(UNREACHABLE_BANDWIDTH)
+    proc = cluster.reframe(tmp_path / "run", "-n", "OsuBandwidth%transport=shm%nodes=1",
+                           "-p", "mpich", "-S", "perf_sizes=1048576", "-S", "min_size=1048576",
+                           "-S", "iterations=20", "-S", "warmup=2", "-S", "repeats=1",
+                           "-S", "confirm_runs=3", "-S", "confirm_span=0",
+                           "-S", "control_gap=0.5", checks=checks)
+    out = proc.stdout + proc.stderr
+    (row,) = _rows(tmp_path / "run" / "perflogs" / "minicluster" / "compute"
+                   / "OsuBandwidth.log")
+    assert json.loads(row["confirmation"]), row  # it failed and was measured again
+    # a failed check stays in its stage directory
+    (measured,) = [json.loads(p.read_text())
+                   for p in (tmp_path / "run" / "stage").rglob("measure.json")]
+    shares = measured["confirmation_other_shares"]
+    assert len(shares) == 3, (shares, out[-3000:])
+    assert sum(share <= CONTENDED_SHARE for share in shares) >= 2, shares
+    assert row["ref_status"] == "fail", (row["ref_status"], row["ref_notes"])
 
 
 def _iperf_mbits(server_ns: str | None, server_ip: str, client_ns: str) -> float:

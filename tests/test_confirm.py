@@ -19,14 +19,14 @@ def no_quiet_wait(monkeypatch):
     monkeypatch.setattr(confirm, "wait_for_quiet", lambda *args: 0.0)
 
 
-def scripted(series: list[float]):
+def scripted(series: list[float], key: str = "lat"):
     """A latency measured again: the next value of ``series`` each run, with its time."""
-    values = {"lat": [50.0, 51.0, 52.0]}  # the first batch: all beyond the limit of 40
+    values = {key: [50.0, 51.0, 52.0]}  # the first batch: all beyond the limit of 40
     times: list[float] = []
 
     def again(keys: list[str]) -> list[str]:
         times.append(time.monotonic())
-        values["lat"].append(series[len(times) - 1])
+        values[key].append(series[len(times) - 1])
         return keys
     return values, times, again
 
@@ -209,6 +209,35 @@ def test_a_joining_failure_needs_a_quiet_run_of_its_own(tmp_path, monkeypatch):
     _, quiet, times = confirm_failing(tmp_path, [45.0] * 4, notes, runs=10)
     assert len(times) == confirm.SHORT_CONFIRM_RUNS and quiet == {}
     assert confirm.lasting_failure(notes / "node[1-2]") == before
+
+
+def test_a_figure_off_the_path_neither_joins_nor_notes_a_lasting_failure(tmp_path,
+                                                                           monkeypatch):
+    """A matrix multiply's arithmetic that fails says nothing of the path: it is confirmed
+    in full though the path has a lasting failure, and its own confirmed failure leaves no
+    note that later jobs on the same nodes would join."""
+    monkeypatch.setattr(confirm, "JobMeter", QuietMeter)
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-2]")
+    notes = tmp_path / "notes"
+    limits = {"compute": Limit(40.0, lower_is_better=True)}
+
+    def confirm_compute() -> tuple[Confirmation, list[float]]:
+        values, times, again = scripted([45.0] * 4, key="compute")
+        confirmation = Confirmation("token", tmp_path, confirm_runs=4, confirm_span_s=0.3,
+                                    lasting_failures=str(notes), off_path=["compute"])
+        confirmation.confirm(["compute"], again, lambda keys: beyond_limit(values, limits, keys))
+        return confirmation, times
+
+    alone, times = confirm_compute()
+    assert len(times) == 4 and alone.joined is None and not (notes / "node[1-2]").exists()
+    now = time.time()
+    confirm.note_lasting_failure(notes / "node[1-2]",
+                                 confirm.LastingFailure(now - 120, now - 5, "41"))
+    beside, times = confirm_compute()
+    assert len(times) == 4 and beside.joined is None
+    # the same failure of a figure on the path joins the path's lasting failure
+    on_path, _, times = confirm_failing(tmp_path, [45.0] * 4, notes)
+    assert len(times) == 1 and on_path.joined is not None
 
 
 def test_a_lasting_failure_too_young_or_too_old_is_confirmed_again(tmp_path, monkeypatch):

@@ -213,6 +213,9 @@ class ConfirmationPlan:
     #: The host control figures on the job's path (``fabreg.schema.FIGURES_ON_PATH``): the
     #: ones its control measures (``fabreg.run.host_control.after_job``).
     control_figures: list[str] = field(default_factory=lambda: list(HOST_CONTROL_FIGURES))
+    #: Figures whose failure is not the path's (a matrix multiply's arithmetic): they
+    #: neither join an earlier job's lasting failure nor note one for later jobs.
+    off_path: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -253,7 +256,9 @@ class Confirmation(ConfirmationPlan):
         ``confirm_span_s`` ago and ended less than :data:`LASTING_FAILURE_FRESH_S` ago, the path has
         already been slow for longer than a spell lasts, and one quiet run that still fails
         confirms this job's failure (``joined``). A failure that every run confirms, on a
-        quiet host at least once, is noted for the run's later jobs. Once the run's
+        quiet host at least once, is noted for the run's later jobs. A figure ``off_path``
+        does neither: its failure is not the path's (a matrix multiply's arithmetic, which
+        once confirmed 1.66x slow on a healthy path and 9 later jobs joined it). Once the run's
         confirmations took ``confirm_budget_s`` in all, a failure is confirmed by one quiet run too
         (``over_budget``): many failures at once are a broken fabric, and the run must end
         in time to act on it. Such a short confirmation makes up to
@@ -264,9 +269,11 @@ class Confirmation(ConfirmationPlan):
         """
         quiet: dict[Key, int] = {}
         confirming = list(failing)
-        note = path_note(self.lasting_failures) if confirming else None
+        on_path = {key for key in failing if str(key) not in self.off_path}
+        note = path_note(self.lasting_failures) if on_path else None
         earlier, now = lasting_failure(note), time.time()
-        self.joined = earlier if earlier and now - earlier.first >= self.confirm_span_s and \
+        self.joined = earlier if earlier and len(on_path) == len(failing) and \
+            now - earlier.first >= self.confirm_span_s and \
             now - earlier.last <= LASTING_FAILURE_FRESH_S else None
         self.over_budget = bool(confirming and not self.joined and self.confirm_budget_s > 0 and
                                 spent_seconds(self.lasting_failures) >= self.confirm_budget_s)
@@ -305,7 +312,7 @@ class Confirmation(ConfirmationPlan):
                 break  # a quiet run that still fails: the short confirmation's evidence
         if failing:
             add_spent(self.lasting_failures, time.monotonic() - begun)
-        if confirming and any(quiet.get(key) for key in confirming):
+        if any(quiet.get(key) for key in confirming if key in on_path):
             job = os.environ.get("SLURM_JOB_ID", str(os.getpid()))
             note_lasting_failure(note, LastingFailure(
                 self.joined.first if self.joined else started, time.time(),

@@ -115,6 +115,14 @@ _OMPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun", "prterun", "oshrun")
 
 LAUNCHER_MPIRUN = "mpirun"  # Open MPI's own launcher: --mca options, -x to forward env vars
 LAUNCHER_ENV = "env"  # anything else (hydra, srun): everything travels in the environment
+#: The MPIs that launch through hydra's ``mpiexec``.
+HYDRA_MPIS = frozenset({"mpich", "mvapich2"})
+#: Hydra on one node starts its proxy itself, as a child of ``mpiexec``. In a Slurm job its
+#: default launcher starts it through ``srun``: a job step whose daemon, not the launch,
+#: waits for the ranks, so a launch shorter than the interference meter's sampling interval
+#: (a 0.2 s confirmation run) left the ranks' CPU time uncounted, and an MPICH job's
+#: confirmation runs read 0.47-0.76 of the host as other work where the job read 0.5 %.
+ONE_NODE_HYDRA = ("HYDRA_LAUNCHER", "fork")
 
 
 def combination_problem(mpi: str, transport: str, nodes: int,
@@ -309,6 +317,8 @@ def launch_spec(mpi: str, transport: str, *, nodes: int, ranks_per_node: int = 1
             env.append(("UCX_LOG_LEVEL", "info"))
         else:
             env.append(("MV2_SHOW_ENV_INFO", "2"))
+    if mpi in HYDRA_MPIS and nodes == 1:
+        env.append(ONE_NODE_HYDRA)
     devices = net.devices_for(transport) if hint.startswith("UCX") else ()
     return LaunchSpec(mpi, transport, nodes, ranks_per_node, tuple(mca), tuple(env),
                       devices, inventory.mpi_device if inventory else None, hint)

@@ -120,7 +120,8 @@ class ConfirmationSettings(rfm.RegressionTestPlugin):
                 "quiet_wait_s": self.quiet_wait, "confirm_span_s": self.confirm_span,
                 "confirm_runs": self.confirm_runs, "lasting_failures": self.lasting_failures(),
                 "confirm_budget_s": self.confirm_budget, "control_gap_s": self.control_gap,
-                "control_figures": list(self.host_control_figures())}
+                "control_figures": list(self.host_control_figures()),
+                "off_path": list(self.off_path_figures())}
 
     def lasting_failures(self) -> str:
         return lasting_failures_dir(self.stagedir)
@@ -142,6 +143,12 @@ class ConfirmationSettings(rfm.RegressionTestPlugin):
         """The host control figures the job measures, those that judge any of its values:
         by default its ``transport``'s path's."""
         return figures_on_path(getattr(self, "transport", None))
+
+    def off_path_figures(self) -> tuple[str, ...]:
+        """The figures (the driver's keys) whose failure is not this check's path's: they
+        neither join nor note a lasting failure of the path (``fabreg.run.confirm``); none
+        by default."""
+        return ()
 
     def figures_judging(self, variable: str) -> tuple[str, ...]:
         """The host control figures that judge perf variable ``variable``: by default all
