@@ -69,8 +69,8 @@ class Matmul(RepeatedProbe, ProbeCheck):
         the communication phases by the path's."""
         if variable in ARITHMETIC:
             return (CPU_CONTROL,)
-        path = super().host_control_figures()
-        return (*path, CPU_CONTROL) if variable in WHOLE and CPU_CONTROL not in path else path
+        return self.host_control_figures() if variable in WHOLE else \
+            super().host_control_figures()
 
     def references_wanted(self) -> dict[str, tuple[str, int | None, bool]]:
         return {name: (name, self.matrix_size, name == "gflops") for name in UNITS}

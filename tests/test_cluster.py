@@ -551,13 +551,14 @@ def test_a_one_node_mpich_jobs_confirmation_runs_count_its_ranks_as_its_own(clus
     (row,) = _rows(tmp_path / "run" / "perflogs" / "minicluster" / "compute"
                    / "OsuBandwidth.log")
     assert json.loads(row["confirmation"]), row  # it failed and was measured again
+    # confirmed on a quiet host (srun-started ranks read busy: inconclusive)
+    assert row["ref_status"] == "fail", (row["ref_status"], row["ref_notes"])
     # a failed check stays in its stage directory
     (measured,) = [json.loads(p.read_text())
                    for p in (tmp_path / "run" / "stage").rglob("measure.json")]
     shares = measured["confirmation_other_shares"]
     assert len(shares) == 3, (shares, out[-3000:])
     assert sum(share <= CONTENDED_SHARE for share in shares) >= 2, shares
-    assert row["ref_status"] == "fail", (row["ref_status"], row["ref_notes"])
 
 
 def _iperf_mbits(server_ns: str | None, server_ip: str, client_ns: str) -> float:

@@ -50,12 +50,15 @@ EXACT = {
     ("mpich", "ucx_ud", 2, 1): ([], {"UCX_TLS": "ud,self", "UCX_LOG_LEVEL": "info"}),
     ("mpich", "ucx_dc", 2, 1): ([], {"UCX_TLS": "dc_x,self", "UCX_LOG_LEVEL": "info"}),
     ("mpich", "tcp", 2, 1): ([], {"UCX_TLS": "tcp,self", "UCX_LOG_LEVEL": "info"}),
-    ("mpich", "shm", 1, 2): ([], {"UCX_TLS": "sm,self", "UCX_LOG_LEVEL": "info"}),
+    # one node: hydra starts its proxy itself, not through srun (transport.ONE_NODE_HYDRA)
+    ("mpich", "shm", 1, 2): ([], {"UCX_TLS": "sm,self", "UCX_LOG_LEVEL": "info",
+                                  "HYDRA_LAUNCHER": "fork"}),
     ("mvapich2", "ucx_rc", 2, 1): (
         [], {"MV2_USE_ONLY_UD": "0", "MV2_USE_UD_HYBRID": "0", "MV2_SHOW_ENV_INFO": "2"}),
     ("mvapich2", "ucx_ud", 2, 1): ([], {"MV2_USE_ONLY_UD": "1", "MV2_SHOW_ENV_INFO": "2"}),
     ("mvapich2", "tcp", 2, 1): ([], {"MV2_SHOW_ENV_INFO": "2"}),
-    ("mvapich2", "shm", 1, 2): ([], {"MV2_USE_SHARED_MEM": "1", "MV2_SHOW_ENV_INFO": "2"}),
+    ("mvapich2", "shm", 1, 2): ([], {"MV2_USE_SHARED_MEM": "1", "MV2_SHOW_ENV_INFO": "2",
+                                     "HYDRA_LAUNCHER": "fork"}),
 }
 
 
