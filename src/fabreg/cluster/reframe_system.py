@@ -17,6 +17,7 @@ from typing import Any
 from fabreg.cluster.layout import NODE_IFACE, SLURM_PARTITION, Layout, Paths, state_dir
 from fabreg.cluster.state import load
 from fabreg.run.siteconfig import slurm_partition
+from fabreg.run.transport import HYDRA_MPIS
 
 SYSTEM = "minicluster"
 
@@ -144,7 +145,7 @@ def environments(base: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         mpi = extras.get("mpi", new["name"])
         if launcher and mpi == "openmpi":
             launcher[1:1] = ["--bind-to", "none", "--npernode", "{num_tasks_per_node}"]
-        elif launcher and mpi in ("mpich", "mvapich2"):  # both launch with hydra
+        elif launcher and mpi in HYDRA_MPIS:
             launcher[1:1] = ["-ppn", "{num_tasks_per_node}"]
         extras["launcher"] = launcher
         new["env_vars"] = [*new.get("env_vars", []),
