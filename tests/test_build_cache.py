@@ -3,8 +3,10 @@ compiler wrappers, in a bash script as ReFrame writes it, and in real ReFrame se
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -68,13 +70,23 @@ def test_a_build_is_kept_reused_and_told_apart_by_source_and_compiler(tmp_path):
     assert entry.stat().st_mode & 0o777 == 0o755  # others may read it, as a shared cache
     assert sorted(p.name for p in entry.iterdir()) == sorted(
         build_cache.products(sources, ["fabreg_streams"]))
+    days = 24 * 3600
+    unused = time.time() - (build_cache.UNUSED_DAYS + 10) * days
+    os.utime(entry, (unused, unused))
     again = _build(tmp_path / "again", cache, sources, "mpicc.openmpi")
     assert f"the probes from the build cache {entry}" in again
+    assert entry.stat().st_mtime > time.time() - days  # marked used
     assert "'fabreg_streams' is up to date" in again and "mpicc.openmpi " not in again
     assert (tmp_path / "again" / "fabreg_streams").stat().st_size > 0
+    # a build that writes an entry removes those unused for UNUSED_DAYS, and only those
+    for name, age in (("stale", build_cache.UNUSED_DAYS + 10), ("recent", 10)):
+        (cache / name).mkdir()
+        os.utime(cache / name, (time.time() - age * days,) * 2)
     # another MPI's wrapper, then a changed source: built, each kept apart
     other = _build(tmp_path / "other", cache, sources, "mpicc.mpich")
     assert "mpicc.mpich" in other and "from the build cache" not in other
+    assert not (cache / "stale").exists() and (cache / "recent").is_dir() and entry.is_dir()
+    (cache / "recent").rmdir()
     with (sources / "probe_common.c").open("a") as f:
         f.write("\n/* changed */\n")
     changed = _build(tmp_path / "changed", cache, sources, "mpicc.openmpi")

@@ -10,7 +10,10 @@ after the environment's modules are loaded. A later build with the same digest c
 entry into its stage directory and ``make`` finds nothing to do; the binaries' MPI linkage
 is still checked as after any build (``fabreg.testlib.osu``). An entry is written whole or
 not at all (renamed into place), so builds racing for one digest leave one entry, and a
-cache that cannot be written costs only the saving.
+cache that cannot be written costs only the saving. A build that uses an entry marks it used
+(its time); one that writes an entry removes those unused for :data:`UNUSED_DAYS` days (the
+builds of an MPI or suite version a site no longer runs), so a nightly's cache holds what it
+still builds, not every build since it began.
 
 Where: ``$FABREG_BUILD_CACHE``, else ``$XDG_CACHE_HOME/fabreg/probes``, else
 ``~/.cache/fabreg/probes``; ``FABREG_BUILD_CACHE=off`` compiles every time.
@@ -32,6 +35,8 @@ from fabreg.run import providers
 CACHE_VARIABLE = "FABREG_BUILD_CACHE"
 #: The shell variable of the build script that holds this build's cache entry.
 ENTRY = "fabreg_build_entry"
+#: Days an entry may go unused before a build that writes a new one removes it.
+UNUSED_DAYS = 30
 
 
 def cache_root() -> Path | None:
@@ -68,6 +73,7 @@ def cache_commands(root: Path, sources: Path, make: str, compiler: str,
     before = [
         f"{ENTRY}={top}/$({digest}) || {ENTRY}=''",
         f'if [ -n "${ENTRY}" ] && [ -d "${ENTRY}" ] && cp {kept} . ; then '
+        f'touch "${ENTRY}" 2>/dev/null || true; '
         f'echo "fabreg: the probes from the build cache ${ENTRY}"; fi',
     ]
     built = " ".join(shlex.quote(n) for n in made)
@@ -77,7 +83,9 @@ def cache_commands(root: Path, sources: Path, make: str, compiler: str,
         f'>/dev/null 2>&1 && mkdir -p {top} 2>/dev/null; then '
         f'fabreg_new=$(mktemp -d {top}/.new-XXXXXX 2>/dev/null) && '
         f'{{ cp {built} "$fabreg_new"/ && chmod 755 "$fabreg_new" && '
-        f'mv -T "$fabreg_new" "${ENTRY}"; }} 2>/dev/null || rm -rf "$fabreg_new"; fi',
+        f'mv -T "$fabreg_new" "${ENTRY}"; }} 2>/dev/null || rm -rf "$fabreg_new"; '
+        f"find {top} -mindepth 1 -maxdepth 1 -type d -mtime +{UNUSED_DAYS} "
+        f"-exec rm -rf {{}} + 2>/dev/null || true; fi",
     ]
     return before, after
 
