@@ -186,6 +186,9 @@ def test_out_refuses_to_overwrite_without_force(store_path, tmp_path, capsys):
     code, out, _ = suggest_cli(store_path, "--system", "local", "--out", str(target),
                                capsys=capsys)
     assert code == 0 and "wrote" in out and "2 reference row(s)" in out
+    # the mpich key's 2 runs: the line says what gives it a row
+    assert "1 key(s) without a row (1 of them with fewer than 3 runs" in out
+    assert "calibrate again with --force" in out
     assert len(ReferenceTable.load(target)) == 2
     target.write_text("keep me\n")
     code, _, err = suggest_cli(store_path, "--system", "local", "--out", str(target),

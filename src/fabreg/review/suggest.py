@@ -121,6 +121,8 @@ class Skipped:
 
     key: Key
     reason: str
+    #: The key's runs, where too few of them are why it has no row.
+    few_runs: int | None = None
 
 
 def key_of(raw: Any) -> Key | None:
@@ -438,7 +440,7 @@ def suggest(grouped: Grouped, warn_floor: float = DEFAULT_WARN,
             continue
         shown = f"median {format_number(round_significant(median))} {unit}".rstrip()
         if n < min_runs:
-            skipped.append(Skipped(key, f"{n} run{'s' * (n != 1)} < {min_runs}, {shown}"))
+            skipped.append(Skipped(key, f"{n} run{'s' * (n != 1)} < {min_runs}, {shown}", n))
             continue
         if median <= 0:
             skipped.append(Skipped(key, f"{shown}: a reference must be positive"))
