@@ -178,11 +178,10 @@ def run_suggest(args: argparse.Namespace, select=None, host: str = "") -> int:
         out.write_text(text)
     except OSError as err:
         raise FabregError(f"cannot write {out}: {err.strerror or err}") from None
-    few = [k for k in skipped if k.few_runs is not None]
-    print(f"wrote {out}: {len(rows)} reference row(s), {len(skipped)} key(s) without a row"
-          + (f" ({len(few)} of them with fewer than {args.min_runs} runs, listed at the file's "
-             "end: record more runs of them, ingest, and calibrate again with --force)"
-             if few else ""))
+    few = sum(k.few_runs is not None for k in skipped)
+    hint = (f" ({few} of them with fewer than {args.min_runs} runs, listed at the file's end: "
+            "record more runs of them, ingest, and calibrate again with --force)" if few else "")
+    print(f"wrote {out}: {len(rows)} reference row(s), {len(skipped)} key(s) without a row{hint}")
     if host and (why := suggest.short_span(grouped)):
         print(f"warning: {why}", file=sys.stderr)
     if why := suggest.blind_warning(rows):
