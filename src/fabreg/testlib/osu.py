@@ -378,7 +378,13 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
         }
 
     def parsed(self) -> OsuResult:
-        return parse_osu(self.output_text())
+        """The job's OSU table, parsed once for the curve, the sanity and the performance
+        stages (parsed again only if the output changed, as in a retried case)."""
+        text = self.output_text()
+        cached = getattr(self, "_parsed_output", None)
+        if cached is None or cached[0] != text:
+            cached = self._parsed_output = (text, parse_osu(text))
+        return cached[1]
 
     @run_before("sanity")
     def keep_curve(self) -> None:
@@ -397,7 +403,7 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
     def assert_complete_table(self) -> bool:
         """The measured curve is complete and every size's data checked out (in the
         validation run where the job measures repeatedly)."""
-        problem = self.table_problem(self.output_text())
+        problem = self.table_problem(self.output_text(), result=self.parsed())
         if not problem and self.validate and self.measured() is not None:
             problem = self.validation_problem()
         if problem:
