@@ -377,10 +377,11 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
             "transport": self.transport, "nodes": self.nodes,
         }
 
-    def parsed(self) -> OsuResult:
-        """The job's OSU table, parsed once for the curve, the sanity and the performance
-        stages (parsed again only if the output changed, as in a retried case)."""
-        text = self.output_text()
+    def parsed(self, text: str | None = None) -> OsuResult:
+        """The job's OSU table (``text``, the job's stdout where the caller read it already),
+        parsed once for the curve, the sanity and the performance stages (parsed again only
+        if the output changed, as in a retried case)."""
+        text = self.output_text() if text is None else text
         cached = getattr(self, "_parsed_output", None)
         if cached is None or cached[0] != text:
             cached = self._parsed_output = (text, parse_osu(text))
@@ -403,7 +404,8 @@ class OsuCheck(RepeatedMeasurement, MpiCheck):
     def assert_complete_table(self) -> bool:
         """The measured curve is complete and every size's data checked out (in the
         validation run where the job measures repeatedly)."""
-        problem = self.table_problem(self.output_text(), result=self.parsed())
+        text = self.output_text()
+        problem = self.table_problem(text, result=self.parsed(text))
         if not problem and self.validate and self.measured() is not None:
             problem = self.validation_problem()
         if problem:
