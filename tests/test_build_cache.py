@@ -51,7 +51,8 @@ def _build(work: Path, cache: Path, sources: Path, compiler: str) -> str:
     make = f'make -j 1 CC="{compiler}" CFLAGS="-O2" fabreg_streams'
     before, after = build_cache.cache_commands(cache, sources, make, compiler,
                                                ["fabreg_streams"])
-    script = "\n".join(["trap 'exit $?' ERR", *before, make, *after])
+    script = "\n".join(["trap 'exit $?' ERR", build_cache.stale_products_command(sources),
+                         *before, make, *after])
     done = subprocess.run(["bash", "-c", script], cwd=work, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -120,3 +121,31 @@ def test_a_second_session_takes_the_probes_from_the_cache_and_checks_them(tmp_pa
     # the binaries' MPI linkage was read again after the copy, as after any build
     ldd = next((tmp_path / "second").rglob("OsuBinaries_*/rfm_ldd_osu_latency.txt"))
     assert "libmpi" in ldd.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not have("mpicc.openmpi") or not have("mpicc.mpich"),
+                    reason="needs Open MPI's and MPICH's compiler wrappers")
+def test_an_in_tree_build_of_another_mpi_is_not_taken_for_this_ones(tmp_path):
+    """A user ran ``make`` in the probes' folder with Open MPI's wrapper: ReFrame copies its
+    objects and programs into every stage, where make would find them up to date (and link
+    Open MPI's objects into MPICH's programs). The MPICH session builds from the sources,
+    and its cache entry is named by the sources alone."""
+    sources = tmp_path / "probes"
+    shutil.copytree(providers.probes_source_dir(), sources)
+    clean_digest_input = build_cache.source_files(sources)
+    made = subprocess.run(["make", "-j", "2", "CC=mpicc.openmpi"], cwd=sources,
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert (sources / "probe_common.o").is_file() and (sources / "osu_latency").is_file()
+    assert build_cache.source_files(sources) == clean_digest_input
+    proc = run_reframe("-r", "-n", "OsuLatency", "-p", "mpich", "-S", "repeats=1",
+                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path,
+                       env={"FABREG_PROBES_SRC": str(sources),
+                            "FABREG_BUILD_CACHE": str(tmp_path / "cache")},
+                       checks=CHECKS / "osu.py")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    build = next(tmp_path.rglob("OsuBinaries_*/rfm_build.out")).read_text()
+    assert "mpicc.mpich" in build and "probe_common.c" in build, build
+    ldd = next(tmp_path.rglob("OsuBinaries_*/rfm_ldd_osu_latency.txt")).read_text()
+    assert "libmpich" in ldd and "libmpi.so" not in ldd, ldd

@@ -15,6 +15,11 @@ cache that cannot be written costs only the saving. A build that uses an entry m
 builds of an MPI or suite version a site no longer runs), so a nightly's cache holds what it
 still builds, not every build since it began.
 
+A stage directory is ReFrame's copy of the whole source folder, which holds what an in-tree
+``make`` left there (with whichever MPI: its objects would link another MPI's programs, its
+programs would be up to date); every build removes those first, cache or not, and the digest
+reads the sources alone.
+
 Where: ``$FABREG_BUILD_CACHE``, else ``$XDG_CACHE_HOME/fabreg/probes``, else
 ``~/.cache/fabreg/probes``; ``FABREG_BUILD_CACHE=off`` compiles every time.
 """
@@ -59,12 +64,24 @@ def products(sources: Path, targets: list[str]) -> list[str]:
     return [*(n[:-2] + ".o" for n in helpers), "libprobe.a", *programs]
 
 
+def source_files(sources: Path) -> list[Path]:
+    """What the probes are built from: the C sources and headers, and the Makefile."""
+    return [p for p in sorted(sources.iterdir())
+            if p.is_file() and (p.suffix in (".c", ".h") or p.name == "Makefile")]
+
+
+def stale_products_command(sources: Path) -> str:
+    """The build script's first line: remove every file the Makefile makes that the stage's
+    copy of ``sources`` brought along (an in-tree build's)."""
+    return "rm -f " + " ".join(shlex.quote(n) for n in products(sources, []))
+
+
 def cache_commands(root: Path, sources: Path, make: str, compiler: str,
                    targets: list[str]) -> tuple[list[str], list[str]]:
     """The build script's lines before ``make`` (name this build's entry; copy it in where
     it exists) and after it (keep what ``make`` built where no entry exists yet). Nothing in
     them fails the build."""
-    files = " ".join(shlex.quote(p.name) for p in sorted(sources.iterdir()) if p.is_file())
+    files = " ".join(shlex.quote(p.name) for p in source_files(sources))
     cc, top = shlex.quote(compiler), shlex.quote(str(root))
     digest = (f"{{ sha256sum {files}; echo {shlex.quote(make)}; {cc} -show; "
               f"{cc} --version; }} 2>&1 | sha256sum | cut -c1-32")
@@ -91,15 +108,25 @@ def cache_commands(root: Path, sources: Path, make: str, compiler: str,
 
 
 class ProbeBuildCacheMixin(rfm.RegressionTestPlugin):
-    """Reuse an earlier build of the bundled probes with the same sources and compiler."""
+    """Build the bundled probes from their sources alone, and reuse an earlier build with the
+    same sources and compiler."""
+
+    def _probe_sources(self) -> Path | None:
+        """The bundled probes' folder, where this build makes them with ``make``."""
+        if not isinstance(self.build_system, Make) or not self.sourcesdir:
+            return None
+        sources = providers.probes_source_dir()
+        return sources if Path(self.sourcesdir).resolve() == sources.resolve() else None
+
+    @run_before("compile")
+    def start_from_the_sources_alone(self) -> None:
+        if (sources := self._probe_sources()) is not None:
+            self.prebuild_cmds = [stale_products_command(sources), *self.prebuild_cmds]
 
     @run_before("compile")
     def reuse_an_earlier_build(self) -> None:
-        root = cache_root()
-        if root is None or not isinstance(self.build_system, Make) or not self.sourcesdir:
-            return
-        sources = providers.probes_source_dir()
-        if Path(self.sourcesdir).resolve() != sources.resolve():
+        root, sources = cache_root(), self._probe_sources()
+        if root is None or sources is None:
             return
         make = " ".join(self.build_system.emit_build_commands(self.current_environ))
         compiler = self.build_system.cc or self.current_environ.cc
