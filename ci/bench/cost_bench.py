@@ -58,8 +58,11 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+
+from worktree import checked_out
 
 from fabreg.run.launch import KNOWN_HANG_GRACE_S
 
@@ -348,32 +351,27 @@ def main() -> None:
     if not args.report or args.system:
         work = Path(tempfile.mkdtemp(prefix="cost-bench-"))
         before = work / "before"
-        if args.before:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-f",
-                            str(before), args.before], check=True, capture_output=True)
         try:
-            for system in args.system or ["local"]:
-                trees = {"now": (REPO, copied_checks(REPO, work / f"checks-{system}-now"))}
-                if args.before:
-                    trees = {args.before: (before, copied_checks(
-                        before, work / f"checks-{system}-before")), **trees}
-                if args.calibrate:
-                    excluded = ["-x", args.calibration_exclude] \
-                        if args.calibration_exclude else []
-                    calibrate(system, args.calibrate, [*args.rfm_args, *excluded], work,
-                              [checks for _, checks in trees.values()], args.min_runs,
-                              args.calibration_gap * 60)
-                elif args.baseline:
-                    use_baseline(system, args.baseline, [c for _, c in trees.values()])
-                for label, (repo, checks) in trees.items():
-                    reports.append(read_report(run_suite(
-                        system, args.rfm_args, work, repo,
-                        label if args.before or args.calibrate or args.baseline else "",
-                        checks)))
+            with checked_out(REPO, args.before, before) if args.before else nullcontext():
+                for system in args.system or ["local"]:
+                    trees = {"now": (REPO, copied_checks(REPO, work / f"checks-{system}-now"))}
+                    if args.before:
+                        trees = {args.before: (before, copied_checks(
+                            before, work / f"checks-{system}-before")), **trees}
+                    if args.calibrate:
+                        excluded = ["-x", args.calibration_exclude] \
+                            if args.calibration_exclude else []
+                        calibrate(system, args.calibrate, [*args.rfm_args, *excluded], work,
+                                  [checks for _, checks in trees.values()], args.min_runs,
+                                  args.calibration_gap * 60)
+                    elif args.baseline:
+                        use_baseline(system, args.baseline, [c for _, c in trees.values()])
+                    for label, (repo, checks) in trees.items():
+                        reports.append(read_report(run_suite(
+                            system, args.rfm_args, work, repo,
+                            label if args.before or args.calibrate or args.baseline else "",
+                            checks)))
         finally:
-            if args.before:
-                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
-                                str(before)], capture_output=True)
             if args.keep:
                 print(f"# kept {work}: its reports, perflogs and outputs", file=sys.stderr)
             else:

@@ -33,6 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from worktree import checked_out
+
 ROOT = Path(__file__).resolve().parents[2]
 
 #: (runs) of the series of pure noise
@@ -149,14 +151,8 @@ def main() -> int:
         print(json.dumps(measure(args.series, args.noise, args.seed, args.family)))
         return 0
     with tempfile.TemporaryDirectory(prefix="fabreg-detector-bench-") as tmp:
-        tree = Path(tmp) / "before"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(tree),
-                        args.before], check=True, capture_output=True)
-        try:
+        with checked_out(ROOT, args.before, Path(tmp) / "before") as tree:
             before = run_at(tree / "src", args)
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                            str(tree)], capture_output=True)
     now = run_at(ROOT / "src", args)
     print(f"pure noise ({args.noise:.0%} lognormal, {args.series} series each): % of series "
           f"called regression / suspect / improvement, at {args.before} and now")

@@ -1,0 +1,25 @@
+"""The suite as it was at a git revision, for a benchmark's ``--before`` column.
+
+A detached git worktree of the repository at ``rev``: its checks, its config, its tests and
+(through ``PYTHONPATH=<tree>/src``) its ``fabreg`` package; removed again when the
+benchmark is done with it, also when it fails.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def checked_out(repo: Path, rev: str, tree: Path) -> Iterator[Path]:
+    """``repo`` at ``rev`` in ``tree`` (created here), for the length of the ``with``."""
+    subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-f", str(tree),
+                    rev], check=True, capture_output=True)
+    try:
+        yield tree
+    finally:
+        subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)],
+                       capture_output=True)
