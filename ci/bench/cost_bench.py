@@ -62,7 +62,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from worktree import checked_out
+from worktree import checked_out, with_package
 
 from fabreg.run.launch import KNOWN_HANG_GRACE_S
 
@@ -87,8 +87,7 @@ def run_suite(system: str, rfm_args: list[str], workdir: Path, repo: Path = REPO
            str(report), *rfm_args]
     env = dict(os.environ, FABREG_PERFLOG_DIR=str(workdir / name / "perflogs"))
     if repo != REPO:  # the suite's own package at that revision, in ReFrame and in the jobs
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo / "src"),
-                                                          env.get("PYTHONPATH")]))
+        env = with_package(env, repo)
     print(f"# running ({label or 'now'}): {' '.join(cmd[3:])}", file=sys.stderr, flush=True)
     subprocess.run(cmd, env=env, cwd=repo, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, check=False)

@@ -27,7 +27,7 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
-from worktree import checked_out
+from worktree import checked_out, with_package
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,9 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 def run_tests(tree: Path, pytest_args: list[str], report: Path) -> dict:
     """One pytest run of ``tree``'s tests on ``tree``'s package: seconds per module, the
     run's wall time, its outcome counts and the tests that failed."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree / "src"),
-                                                      env.get("PYTHONPATH")]))
+    env = with_package(dict(os.environ), tree)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
            f"--junitxml={report}", *pytest_args]
     print(f"# running ({tree}): pytest {' '.join(pytest_args)}", file=sys.stderr, flush=True)

@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 import yaml
+from worktree import with_package
 
 from fabreg.schema import lower_is_better
 
@@ -75,8 +76,7 @@ def reframe(work: Path, checks: Path, env: dict[str, str], cases: list[tuple[str
     names = [arg for _, name in cases for arg in ("-n", name)]
     env = dict(env, FABREG_PERFLOG_DIR=str(work / "perflogs"))
     if repo != REPO:  # that revision's package, in ReFrame and in the jobs Slurm starts
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo / "src"),
-                                                          env.get("PYTHONPATH")]))
+        env = with_package(env, repo)
     run([str(REFRAME), "-C", str(repo / "reframe-config.py"), "-c", str(checks), "--prefix",
          str(work), "--system", "minicluster", "-r", *names, "-p", mpi, *COMMON, *extra], env,
         cwd=work, timeout=3600)

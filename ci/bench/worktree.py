@@ -7,6 +7,7 @@ benchmark is done with it, also when it fails.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,3 +24,10 @@ def checked_out(repo: Path, rev: str, tree: Path) -> Iterator[Path]:
     finally:
         subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)],
                        capture_output=True)
+
+
+def with_package(env: dict[str, str], tree: Path) -> dict[str, str]:
+    """``env`` with ``tree``'s ``fabreg`` package first on ``PYTHONPATH`` (for the child
+    processes: ReFrame, the jobs it starts, pytest)."""
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree / "src"),
+                                                               env.get("PYTHONPATH")]))}
