@@ -42,9 +42,11 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
+from worktree import checked_out
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER_SOURCE = ROOT / "tests" / "data" / "sweep" / "healthy.log"
@@ -262,9 +264,8 @@ def main() -> int:
     base = Path(args.keep or tempfile.mkdtemp(prefix="fabreg-store-bench-"))
     base.mkdir(parents=True, exist_ok=True)
     old_tree = base / "baseline"
-    if not old_tree.exists():
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f",
-                        str(old_tree), args.baseline], check=True, capture_output=True)
+    baseline = ExitStack()  # the worktree, removed in the ``finally`` below
+    baseline.enter_context(checked_out(ROOT, args.baseline, old_tree))
     TIMEOUT = args.timeout
     layouts = {name: src for name, src in
                {"first layout": old_tree / "src", "current": ROOT / "src"}.items()
@@ -309,8 +310,7 @@ def main() -> int:
             print(f"{'':>25}  a year of nightly sweeps of {n} nodes: {per_night} values a "
                   f"night, {per_night * 365 / 1e6:.1f} M values", flush=True)
     finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old_tree)],
-                       capture_output=True)
+        baseline.close()
         if not args.keep:  # its stores and perflogs: gigabytes at 10,000 nodes
             shutil.rmtree(base, ignore_errors=True)
     return 0

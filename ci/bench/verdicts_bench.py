@@ -36,10 +36,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import yaml
-from worktree import with_package
+from worktree import checked_out, with_package
 
 from fabreg.schema import lower_is_better
 
@@ -127,6 +128,35 @@ def host_controls(works: list[Path], check: str) -> dict[str, list[float]]:
                     and name not in ("samples", "other_share"):
                 out.setdefault(name, []).append(float(value))
     return out
+
+
+
+def capped_sessions(args: argparse.Namespace, cluster: list[str], env: dict[str, str],
+                    checks: Path, value: float, tmp: Path,
+                    old: Path | None) -> dict[str, dict]:
+    """One session of ``--session-jobs`` failing jobs per case on node2's link at half
+    ``value``: its wall time and verdicts, and the same with the suite of ``old`` (the
+    ``--before`` worktree) where given."""
+    cases = CASES[args.nodes]
+    trees = {"now": (REPO, checks)}
+    if old is not None:
+        old_checks = tmp / "checks-before"
+        shutil.copytree(checks, old_checks)
+        shutil.copy(old / "checks" / "osu.py", old_checks)
+        trees = {args.before: (old, old_checks), **trees}
+    rate = f"{int(value * 0.5 * 8)}mbit"
+    sessions = {}
+    for label, (repo, where) in trees.items():
+        run([*cluster, "degrade", "node2", "--rate", rate], env, check=True)
+        try:
+            work = tmp / f"session-{label}"
+            _, took = reframe(work, where, env, cases, "--repeat", str(args.session_jobs),
+                              mpi=args.mpi, repo=repo)
+        finally:
+            run([*cluster, "restore"], env, check=True)
+        sessions[label] = {"seconds": round(took, 1), "verdicts": [
+            r["result"] for check, _ in cases for r in perflog_rows(work, check)]}
+    return sessions
 
 
 def main() -> int:
@@ -271,26 +301,9 @@ def main() -> int:
                           f"over {len(counts)} values")
         sessions = {}
         if args.session_jobs:
-            trees = {"now": (REPO, checks)}
-            if args.before:
-                old = tmp / "before"
-                subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-f",
-                                str(old), args.before], check=True, capture_output=True)
-                old_checks = tmp / "checks-before"
-                shutil.copytree(checks, old_checks)
-                shutil.copy(old / "checks" / "osu.py", old_checks)
-                trees = {args.before: (old, old_checks), **trees}
-            rate = f"{int(value * 0.5 * 8)}mbit"
-            for label, (repo, where) in trees.items():
-                run([*cluster, "degrade", "node2", "--rate", rate], env, check=True)
-                try:
-                    work = tmp / f"session-{label}"
-                    _, took = reframe(work, where, env, cases, "--repeat",
-                                      str(args.session_jobs), mpi=args.mpi, repo=repo)
-                finally:
-                    run([*cluster, "restore"], env, check=True)
-                sessions[label] = {"seconds": round(took, 1), "verdicts": [
-                    r["result"] for check, _ in cases for r in perflog_rows(work, check)]}
+            with (checked_out(REPO, args.before, tmp / "before") if args.before
+                  else nullcontext()) as old:
+                sessions = capped_sessions(args, cluster, env, checks, value, tmp, old)
             print(f"\nlink at 1/2, one session of {args.session_jobs} jobs per case "
                   f"(--repeat {args.session_jobs}): wall time, verdicts")
             for label, session in sessions.items():
@@ -300,9 +313,6 @@ def main() -> int:
                           "sessions": sessions}))
     finally:
         run([*cluster, "down"], env, timeout=300)
-        if args.before:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
-                            str(tmp / "before")], capture_output=True)
         if args.keep:
             print(f"kept {tmp}", file=sys.stderr)
         else:

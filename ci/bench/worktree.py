@@ -16,14 +16,17 @@ from pathlib import Path
 
 @contextmanager
 def checked_out(repo: Path, rev: str, tree: Path) -> Iterator[Path]:
-    """``repo`` at ``rev`` in ``tree`` (created here), for the length of the ``with``."""
+    """``repo`` at ``rev`` in ``tree`` (created here), for the length of the ``with``; a
+    worktree left in ``tree`` by a benchmark that was killed is replaced."""
+    remove = ["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)]
+    if tree.exists():
+        subprocess.run(remove, capture_output=True)
     subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-f", str(tree),
                     rev], check=True, capture_output=True)
     try:
         yield tree
     finally:
-        subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)],
-                       capture_output=True)
+        subprocess.run(remove, capture_output=True)
 
 
 def with_package(env: dict[str, str], tree: Path) -> dict[str, str]:
