@@ -130,7 +130,6 @@ def host_controls(works: list[Path], check: str) -> dict[str, list[float]]:
     return out
 
 
-
 def capped_sessions(args: argparse.Namespace, cluster: list[str], env: dict[str, str],
                     checks: Path, value: float, tmp: Path,
                     old: Path | None) -> dict[str, dict]:

@@ -181,7 +181,7 @@ class OsuBinaries(rfm.CompileOnlyRegressionTest, BuildsApartMixin, ProbeBuildCac
 
         The ``ldd`` runs go at once (``&``, then ``wait``, whose status is 0): each is a
         shell script that starts the loader three times, about 50 ms, and one after the
-        other they were 0.5 s of every session's build of the ten binaries."""
+        other they were 0.5 s of every session's build of the eight binaries."""
         self.mpi_wrapper = self.mpi_wrapper or str(self.current_environ.cc)
         cmds = [f"{shlex.quote(self.mpi_wrapper)} -show > {WRAPPER_SHOW} 2>&1 || true"]
         for name in BENCHMARKS:
