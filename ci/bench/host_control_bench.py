@@ -21,8 +21,8 @@ jobs whose control read a figure on the path beyond its limit are left out of th
 ``calibrate`` leaves them out: ``slow``), with the control's rows drawn now and as before
 (each figure's worst run; the round trip and the copy), and with a figure beyond its row's
 warning band counted as beyond its failure limit (a candidate rule: a control whose own runs
-are bimodal has a wide failure band, and a host a third
-slower by it can fail a value's narrower one).
+are bimodal has a wide failure band, and a host a third slower by it can fail a value's
+narrower one).
 
 Printed side by side: per control figure, its spread and the judged rounds beyond its limit;
 per collective, its row, the judged jobs that failed it (healthy values: false alarms),
@@ -83,7 +83,7 @@ def row(values: list[float], unit: str, lower: bool, control: bool) -> Reference
     return Reference(median, unit, warn, fail, lower, "bench baseline")
 
 
-def both(counts: dict, k: int, rules: tuple[str, ...]) -> str:
+def per_rule(counts: dict, k: int, rules: tuple[str, ...]) -> str:
     """``now / before / ...`` of the ``k``-th count, one per rule."""
     return " / ".join(str(counts[rule][k]) for rule in rules)
 
@@ -210,7 +210,7 @@ def judge_table(args: argparse.Namespace, series: dict[tuple[str, str, int], lis
                 jobs: list[range], judges: dict[str, tuple[dict[str, Reference], tuple]]) -> None:
     """Print one row per value: its baseline row, the judged healthy jobs that failed it and
     those the control explained, the fault's catches and those the control would mask, under
-    each of the two ``judges`` (baseline, figures on the path)."""
+    each of the ``judges`` (baseline, figures on the path)."""
     print(f"{'MPI, benchmark, size':<30}{'median':>10}{'limit':>8}{'slow':>6}{'failed':>8}"
           f"{'explained':>12}{'fault caught':>14}{'masked':>12}")
     rules = tuple(judges)
@@ -250,10 +250,10 @@ def judge_table(args: argparse.Namespace, series: dict[tuple[str, str, int], lis
             totals[rule] = [t + e for t, e in zip(totals[rule], excused[rule])]
         print(f"{f'{m} {p} {s // 1024} KiB':<30}{statistics.median(values):>10.1f}"
               f"{ref.failure_limit:>8.1f}{len(first) - len(kept):>6}{failed:>8}"
-              f"{both(excused, 0, rules):>12}{caught:>14}{both(excused, 1, rules):>12}")
+              f"{per_rule(excused, 0, rules):>12}{caught:>14}{per_rule(excused, 1, rules):>12}")
     print(f"{'all, of ' + str(len(jobs) * len(series)) + ' jobs':<30}{'':>24}"
-          f"{totals['failed']:>8}{both(totals, 0, rules):>12}{totals['caught']:>14}"
-          f"{both(totals, 1, rules):>12}")
+          f"{totals['failed']:>8}{per_rule(totals, 0, rules):>12}{totals['caught']:>14}"
+          f"{per_rule(totals, 1, rules):>12}")
 
 
 if __name__ == "__main__":
