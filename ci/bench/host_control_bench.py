@@ -215,15 +215,15 @@ def judge_table(args: argparse.Namespace, series: dict[tuple[str, str, int], lis
           f"{'explained':>12}{'fault caught':>14}{'masked':>12}")
     rules = tuple(judges)
     totals: dict = {"failed": 0, "caught": 0, **{rule: [0, 0] for rule in rules}}
+    # As calibrate: a job whose control (sampled once, at its end) read a figure on the path
+    # beyond its own limit was measured while the host ran slow, and is left out of the rows.
+    baseline_now, figures_now = judges["now"]
+    kept = [job for job in first if host_control.slow_host(
+        controls[job[-1]].as_dict(), baseline_now, figures_now) is None]
     for (m, p, s), values in series.items():
         unit = UNITS.get(p, "us")
         lower = lower_is_better(p, unit)
         best_of_job = min if lower else max
-        # As calibrate: a job whose control (sampled once, at its end) read a figure on the
-        # path beyond its own limit was measured while the host ran slow, and is left out.
-        baseline_now, figures_now = judges["now"]
-        kept = [job for job in first if host_control.slow_host(
-            controls[job[-1]].as_dict(), baseline_now, figures_now) is None]
         best = [best_of_job(values[i] for i in job) for job in kept]
         ref = row(spread_out(best, args.baseline_runs), unit, lower, False)
         failed = caught = 0
