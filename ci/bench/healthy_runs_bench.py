@@ -6,7 +6,8 @@ Runs the suite as ``make run`` does (``reframe -C reframe-config.py -c checks/ -
 each session in a fresh prefix, and prints side by side per session: test cases passed, failed
 and skipped, the values judged ``inconclusive``, ``flaky`` and ``missing``, the host's other
 work, and the wall time; then the failed cases by name. A healthy machine must show 0 failed
-cases in every session. Usage (from the repository root):
+cases in every session. The sessions' prefixes are kept (the first line on stderr names
+their directory) for ``control_replay_bench.py``. Usage (from the repository root):
 
     .venv/bin/python ci/bench/healthy_runs_bench.py --runs 10 [--tag quick] [--system minicluster]
 """
@@ -106,6 +107,7 @@ def main() -> int:
     extra = (["--tag", args.tag] if args.tag else []) + (
         ["--system", args.system] if args.system else [])
     tmp = Path(tempfile.mkdtemp(prefix="fabreg-healthy-"))
+    print(f"# sessions kept in {tmp} (control_replay_bench.py reads them)", file=sys.stderr)
     sessions = []
     for i in range(args.runs):
         s = session(tmp / f"run{i}", extra)
