@@ -8,9 +8,10 @@ value of every check with its job's host control, and a baseline (``cost_bench.p
 --calibrate N --keep``) holds the rows that judged them: this bench judges each logged value
 again by its row, and, when it fails, by the control of its job, under each rule: the
 current one (a figure on the value's path beyond its own failure limit, by enough to
-explain the value) and two candidates that also count a figure beyond its warning band
+explain the value) and three candidates that also count a figure beyond its warning band
 (``warn``: by enough to bring the value back inside its failure limit, as the current rule;
-``graded``: inside its warning band). Each value doubled in time (halved, for a rate) is the
+``graded``: inside its warning band; ``whole``: to its reference or better, the control
+explaining the whole deviation). Each value doubled in time (halved, for a rate) is the
 smallest fault worth catching, in a job whose host read what that job's host read: a fault
 the band catches and a rule explains is masked (``inconclusive`` instead of ``fail``).
 
@@ -42,7 +43,7 @@ from fabreg.run import host_control  # noqa: E402
 from fabreg.run.references import Assessment, Reference, ReferenceTable  # noqa: E402
 from fabreg.schema import HOST_CONTROL_BENCHMARK, HOST_CONTROL_FIGURES, control_path  # noqa: E402
 
-RULES = ("now", "warn", "graded")
+RULES = ("now", "warn", "graded", "whole")
 
 
 def explained(rule: str, assessment: Assessment, control: dict, baseline: dict[str, Reference],
@@ -58,7 +59,9 @@ def explained(rule: str, assessment: Assessment, control: dict, baseline: dict[s
     ref = assessment.ref
     corrected = (assessment.value / slow.factor if ref.lower_is_better
                  else assessment.value * slow.factor)
-    return ref.verdict(corrected) == "ok"
+    if rule == "graded":
+        return ref.verdict(corrected) == "ok"
+    return corrected <= ref.value if ref.lower_is_better else corrected >= ref.value
 
 
 def main() -> int:
@@ -109,7 +112,7 @@ def main() -> int:
           "twice its time) the band caught and those each rule would mask; "
           f"rules {' / '.join(RULES)}")
     print(f"{'check':<26}{'values':>8}{'control':>9}{'between':>9}{'failed':>8}"
-          f"{'explained':>12}{'caught':>8}{'masked':>16}")
+          f"{'explained':>16}{'caught':>8}{'masked':>20}")
     total = [0] * (5 + 2 * n)
     for family in sorted(counts):
         c = counts[family]
@@ -124,8 +127,8 @@ def main() -> int:
 def row_text(name: str, c: list[int], n: int) -> str:
     explained_text = " / ".join(map(str, c[4:4 + n]))
     masked_text = " / ".join(map(str, c[5 + n:]))
-    return (f"{name:<26}{c[0]:>8}{c[1]:>9}{c[2]:>9}{c[3]:>8}{explained_text:>12}"
-            f"{c[4 + n]:>8}{masked_text:>16}")
+    return (f"{name:<26}{c[0]:>8}{c[1]:>9}{c[2]:>9}{c[3]:>8}{explained_text:>16}"
+            f"{c[4 + n]:>8}{masked_text:>20}")
 
 
 def replay_line(line: dict[str, str], family: str, lookup, baseline: dict[str, Reference],
