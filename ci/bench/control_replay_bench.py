@@ -32,6 +32,8 @@ import argparse
 import json
 import sys
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -44,6 +46,32 @@ from fabreg.run.references import Assessment, Reference, ReferenceTable  # noqa:
 from fabreg.schema import HOST_CONTROL_BENCHMARK, HOST_CONTROL_FIGURES, control_path  # noqa: E402
 
 RULES = ("now", "warn", "graded", "whole")
+
+
+@dataclass
+class Tally:
+    """What one check's logged values came to, per rule in the order of :data:`RULES`."""
+
+    values: int = 0
+    with_control: int = 0
+    #: Values whose control read a figure on the path between its warning band and its
+    #: failure limit: the case the candidates are for.
+    between: int = 0
+    failed: int = 0
+    explained: list[int] = field(default_factory=lambda: [0] * len(RULES))
+    caught: int = 0
+    masked: list[int] = field(default_factory=lambda: [0] * len(RULES))
+
+    def add(self, other: Tally) -> None:
+        for name in ("values", "with_control", "between", "failed", "caught"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.explained = [a + b for a, b in zip(self.explained, other.explained)]
+        self.masked = [a + b for a, b in zip(self.masked, other.masked)]
+
+    def row(self, name: str) -> str:
+        return (f"{name:<26}{self.values:>8}{self.with_control:>9}{self.between:>9}"
+                f"{self.failed:>8}{' / '.join(map(str, self.explained)):>16}{self.caught:>8}"
+                f"{' / '.join(map(str, self.masked)):>20}")
 
 
 def explained(rule: str, assessment: Assessment, control: dict, baseline: dict[str, Reference],
@@ -89,10 +117,8 @@ def main() -> int:
         print(f"{args.references}: the baseline has no host control rows", file=sys.stderr)
         return 2
     warning = at_warning(baseline)
-    # family -> [values, with a control, between warning and failure, failed,
-    #            explained per rule..., caught, masked per rule...]
-    counts: dict[str, list[int]] = defaultdict(lambda: [0] * (5 + 2 * len(RULES)))
-    alarms = []
+    counts: dict[str, Tally] = defaultdict(Tally)
+    alarms: list[str] = []
     perflogs = [d for s in args.sessions for d in sorted(s.rglob("perflogs")) if d.is_dir()]
     lines = 0
     for directory in perflogs:
@@ -104,35 +130,27 @@ def main() -> int:
         print("no perflog line under " + ", ".join(map(str, args.sessions)), file=sys.stderr)
         return 2
 
-    n = len(RULES)
     print(f"{lines} perflog lines of {len(perflogs)} sessions, judged by {args.references}")
     print("per check: values judged, those with a host control, those whose control read a "
           "figure on the path between its warning band and its failure limit (between); "
-          "healthy values that failed and those each rule explains; faults (each value at "
-          "twice its time) the band caught and those each rule would mask; "
-          f"rules {' / '.join(RULES)}")
+          "healthy values that failed and those each rule explains; faults (each value of a "
+          "job with a control at twice its time, a rate at half) the band caught and those "
+          f"each rule would mask; rules {' / '.join(RULES)}")
     print(f"{'check':<26}{'values':>8}{'control':>9}{'between':>9}{'failed':>8}"
           f"{'explained':>16}{'caught':>8}{'masked':>20}")
-    total = [0] * (5 + 2 * n)
+    total = Tally()
     for family in sorted(counts):
-        c = counts[family]
-        total = [t + v for t, v in zip(total, c)]
-        print(row_text(family, c, n))
-    print(row_text("all", total, n))
+        total.add(counts[family])
+        print(counts[family].row(family))
+    print(total.row("all"))
     for text in alarms:
         print("  failed: " + text)
     return 0
 
 
-def row_text(name: str, c: list[int], n: int) -> str:
-    explained_text = " / ".join(map(str, c[4:4 + n]))
-    masked_text = " / ".join(map(str, c[5 + n:]))
-    return (f"{name:<26}{c[0]:>8}{c[1]:>9}{c[2]:>9}{c[3]:>8}{explained_text:>16}"
-            f"{c[4 + n]:>8}{masked_text:>20}")
-
-
-def replay_line(line: dict[str, str], family: str, lookup, baseline: dict[str, Reference],
-                warning: dict[str, Reference], counts: dict[str, list[int]],
+def replay_line(line: dict[str, str], family: str,
+                lookup: Callable[..., Reference | None], baseline: dict[str, Reference],
+                warning: dict[str, Reference], counts: dict[str, Tally],
                 alarms: list[str]) -> None:
     """Judge every value of one perflog line again, healthy and as a fault."""
     try:
@@ -140,7 +158,6 @@ def replay_line(line: dict[str, str], family: str, lookup, baseline: dict[str, R
         control = json.loads(line.get("host_control") or "{}")
     except ValueError:
         return
-    n = len(RULES)
     for var, key in keys.items():
         if not isinstance(key, dict) or key.get("benchmark") == HOST_CONTROL_BENCHMARK:
             continue
@@ -151,28 +168,27 @@ def replay_line(line: dict[str, str], family: str, lookup, baseline: dict[str, R
         ref = lookup(**key)
         if ref is None or value != value:
             continue
-        c = counts[family]
-        c[0] += 1
-        if not control:
-            continue
-        c[1] += 1
+        tally = counts[family]
+        tally.values += 1
         figures = control_path(control, key.get("transport"))
-        c[2] += (host_control.slow_host(control, warning, figures) is not None
-                 and host_control.slow_host(control, baseline, figures) is None)
-        fault = 2 * value if ref.lower_is_better else value / 2
-        for judged, is_fault in ((value, False), (fault, True)):
-            a = Assessment(var, judged, ref.unit, ref)
-            if a.verdict != "fail":
-                continue
-            c[3 + (n + 1) * is_fault] += 1
-            excused = [explained(rule, a, control, baseline, warning, figures)
-                       for rule in RULES]
-            for k, e in enumerate(excused):
-                c[4 + (n + 1) * is_fault + k] += e
-            if not is_fault:
-                alarms.append(f"{family} {var} {value:g} {ref.unit} against {ref.value:g} "
-                              f"(limit {ref.failure_limit:g}); explained by "
-                              f"{', '.join(r for r, e in zip(RULES, excused) if e) or 'none'}")
+        if control:
+            tally.with_control += 1
+            tally.between += (host_control.slow_host(control, warning, figures) is not None
+                              and host_control.slow_host(control, baseline, figures) is None)
+        healthy = Assessment(var, value, ref.unit, ref)
+        if healthy.verdict == "fail":
+            tally.failed += 1
+            excused = [bool(control) and explained(rule, healthy, control, baseline, warning,
+                                                   figures) for rule in RULES]
+            tally.explained = [t + e for t, e in zip(tally.explained, excused)]
+            alarms.append(f"{family} {var} {value:g} {ref.unit} against {ref.value:g} "
+                          f"(limit {ref.failure_limit:g}); explained by "
+                          f"{', '.join(r for r, e in zip(RULES, excused) if e) or 'none'}")
+        fault = Assessment(var, 2 * value if ref.lower_is_better else value / 2, ref.unit, ref)
+        if control and fault.verdict == "fail":
+            tally.caught += 1
+            tally.masked = [t + explained(rule, fault, control, baseline, warning, figures)
+                            for t, rule in zip(tally.masked, RULES)]
 
 
 if __name__ == "__main__":
