@@ -74,19 +74,19 @@ class Tally:
                 f"{' / '.join(map(str, self.masked)):>20}")
 
 
-def explained(rule: str, assessment: Assessment, control: dict, baseline: dict[str, Reference],
-              warning: dict[str, Reference], figures: tuple[str, ...]) -> bool:
-    """Would ``rule`` leave this failing value ``inconclusive``?"""
-    slow = host_control.slow_host(control, baseline, figures)
-    if slow is not None and slow.explains(assessment):
+def explained(rule: str, assessment: Assessment, now: host_control.SlowHost | None,
+              warn: host_control.SlowHost | None) -> bool:
+    """Would ``rule`` leave this failing value ``inconclusive``? ``now`` / ``warn``: what of
+    its job's control lay beyond its failure limit / its warning band (None: nothing)."""
+    if now is not None and now.explains(assessment):
         return True  # every rule excuses what the current one does
-    if rule == "now" or (slow := host_control.slow_host(control, warning, figures)) is None:
+    if rule == "now" or warn is None:
         return False
     if rule == "warn":
-        return slow.explains(assessment)
+        return warn.explains(assessment)
     ref = assessment.ref
-    corrected = (assessment.value / slow.factor if ref.lower_is_better
-                 else assessment.value * slow.factor)
+    corrected = (assessment.value / warn.factor if ref.lower_is_better
+                 else assessment.value * warn.factor)
     if rule == "graded":
         return ref.verdict(corrected) == "ok"
     return corrected <= ref.value if ref.lower_is_better else corrected >= ref.value
@@ -171,15 +171,15 @@ def replay_line(line: dict[str, str], family: str,
         tally = counts[family]
         tally.values += 1
         figures = control_path(control, key.get("transport"))
+        now = host_control.slow_host(control, baseline, figures) if control else None
+        warn = host_control.slow_host(control, warning, figures) if control else None
         if control:
             tally.with_control += 1
-            tally.between += (host_control.slow_host(control, warning, figures) is not None
-                              and host_control.slow_host(control, baseline, figures) is None)
+            tally.between += warn is not None and now is None
         healthy = Assessment(var, value, ref.unit, ref)
         if healthy.verdict == "fail":
             tally.failed += 1
-            excused = [bool(control) and explained(rule, healthy, control, baseline, warning,
-                                                   figures) for rule in RULES]
+            excused = [explained(rule, healthy, now, warn) for rule in RULES]
             tally.explained = [t + e for t, e in zip(tally.explained, excused)]
             alarms.append(f"{family} {var} {value:g} {ref.unit} against {ref.value:g} "
                           f"(limit {ref.failure_limit:g}); explained by "
@@ -187,7 +187,7 @@ def replay_line(line: dict[str, str], family: str,
         fault = Assessment(var, 2 * value if ref.lower_is_better else value / 2, ref.unit, ref)
         if control and fault.verdict == "fail":
             tally.caught += 1
-            tally.masked = [t + explained(rule, fault, control, baseline, warning, figures)
+            tally.masked = [t + explained(rule, fault, now, warn)
                             for t, rule in zip(tally.masked, RULES)]
 
 
