@@ -23,7 +23,7 @@ Usage (repository root; the directories the two benches keep):
 
     .venv/bin/python ci/bench/control_replay_bench.py \\
         --references /tmp/cost-bench-XXXX/checks-local-now/references/local \\
-        /tmp/fabreg-healthy-XXXX
+        --references checks/references/local.yaml /tmp/fabreg-healthy-XXXX
 """
 
 from __future__ import annotations
@@ -94,19 +94,26 @@ def explained(rule: str, assessment: Assessment, now: host_control.SlowHost | No
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--references", required=True, type=Path,
-                        help="the baseline's reference directory that judged the sessions")
+    parser.add_argument("--references", required=True, type=Path, action="append",
+                        help="a reference file, or a directory of them, that judged the "
+                             "sessions (repeatable, first match first, as the checks: the "
+                             "host's baseline, then checks/references/SYSTEM.yaml)")
     parser.add_argument("sessions", nargs="+", type=Path,
                         help="directories of kept sessions (their perflogs anywhere below)")
     args = parser.parse_args()
+    paths = []
+    for given in args.references:
+        found = sorted(given.glob("*.yaml")) if given.is_dir() else [given]
+        if not found:
+            print(f"{given}: no reference file (*.yaml)", file=sys.stderr)
+            return 2
+        paths += found
     try:
-        tables = [ReferenceTable.load(p) for p in sorted(args.references.glob("*.yaml"))]
+        tables = [ReferenceTable.load(p) for p in paths]
     except FabregError as err:
         print(err, file=sys.stderr)
         return 2
-    if not tables:
-        print(f"{args.references}: no reference file (*.yaml)", file=sys.stderr)
-        return 2
+    judged_by = ", ".join(map(str, args.references))
 
     def lookup(**key: object) -> Reference | None:
         return next((r for t in tables if (r := t.lookup(**key))), None)
@@ -114,7 +121,7 @@ def main() -> int:
     baseline = {name: r for name in HOST_CONTROL_FIGURES
                 if (r := lookup(benchmark=HOST_CONTROL_BENCHMARK, metric=name))}
     if not baseline:
-        print(f"{args.references}: the baseline has no host control rows", file=sys.stderr)
+        print(f"{judged_by}: no host control rows", file=sys.stderr)
         return 2
     warning = at_warning(baseline)
     counts: dict[str, Tally] = defaultdict(Tally)
@@ -130,7 +137,7 @@ def main() -> int:
         print("no perflog line under " + ", ".join(map(str, args.sessions)), file=sys.stderr)
         return 2
 
-    print(f"{lines} perflog lines of {len(perflogs)} sessions, judged by {args.references}")
+    print(f"{lines} perflog lines of {len(perflogs)} sessions, judged by {judged_by}")
     print("per check: values judged, those with a host control, those whose control read a "
           "figure on the path between its warning band and its failure limit (between); "
           "healthy values that failed and those each rule explains; faults (each value of a "
