@@ -269,6 +269,9 @@ def test_more_ranks_on_a_node_than_its_cpus_run_overcommitted(cluster, tmp_path)
     assert proc.returncode == 0, out[-6000:]
     (row,) = _rows(tmp_path / "perflogs" / "minicluster" / "compute" / "Matmul.log")
     assert row["result"] == "pass" and row["ranks"] == "4" and row["nodes"] == "1", row
+    cpus = os.cpu_count() or 1
+    if cpus < 4:  # its answer is checked; its phases, the scheduler's time slices, are not
+        assert row["ref_notes"].startswith(f"not judged: 4 ranks on {cpus} CPUs: "), row
     (script,) = list((tmp_path / "output").rglob("Matmul_*/rfm_job.sh"))
     assert "#SBATCH --overcommit" in script.read_text()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -580,9 +581,10 @@ def test_a_matmul_failure_is_the_best_of_its_repeats_confirmed_in_the_job(tmp_pa
     shutil.copy(CHECKS / "matmul.py", checks)
     (checks / "references" / "local.yaml").write_text(
         "system: local\nreferences:\n"
-        "  - {benchmark: fabreg_matmul, metric: gflops, size: 512, transport: shm, nodes: 1, "
-        "value: 1000000, unit: GFLOP/s, fail: 0.5}\n"
-        "  - {benchmark: fabreg_matmul, metric: total, size: 512, transport: shm, nodes: 1, "
+        "  - {benchmark: fabreg_matmul_blocking_2ranks, metric: gflops, size: 512, "
+        "transport: shm, nodes: 1, value: 1000000, unit: GFLOP/s, fail: 0.5}\n"
+        "  - {benchmark: fabreg_matmul_blocking_2ranks, metric: total, size: 512, "
+        "transport: shm, nodes: 1, "
         "value: 1000, unit: s, fail: 0.5}\n")
     proc = run_reframe("-r", "-p", "openmpi", "-n",
                        "Matmul%transport=shm%nodes=1%mode=blocking%matrix_size=512%ranks=2",
@@ -609,8 +611,8 @@ def test_a_matmul_failure_is_the_best_of_its_repeats_confirmed_in_the_job(tmp_pa
 #: A matrix multiply's compute phase no host meets, by far (the control below explains it).
 COMPUTE_UNREACHABLE = """system: local
 references:
-  - {benchmark: fabreg_matmul, metric: compute, size: 512, transport: shm, nodes: 1,
-     value: 1.0e-9, unit: s, fail: 0.5}
+  - {benchmark: fabreg_matmul_blocking_2ranks, metric: compute, size: 512, transport: shm,
+     nodes: 1, value: 1.0e-9, unit: s, fail: 0.5}
 """
 
 
@@ -649,3 +651,42 @@ def test_a_matmul_compute_phase_is_judged_by_the_cpu_control_alone(tmp_path, con
         assert why in row["ref_notes"], row["ref_notes"]
     else:
         assert "memory copy" not in row["ref_notes"], row["ref_notes"]
+
+
+@pytest.mark.skipif(not shutil.which("mpicc.mpich"), reason="MPICH is not installed")
+def test_a_matmul_row_judges_its_own_rank_count_and_time_slices_none(tmp_path):
+    """One row per mode and rank count: a 4-rank row no host meets judges neither the
+    2-rank case (4 ranks compute half its rows) nor, on a host of fewer than 4 CPUs, the
+    4-rank case itself, whose phases are the scheduler's time slices there: it runs once,
+    its answer checked and its figures logged, and says why it is not judged."""
+    checks = tmp_path / "checks"
+    (checks / "references").mkdir(parents=True)
+    shutil.copy(CHECKS / "matmul.py", checks)
+    (checks / "references" / "local.yaml").write_text(
+        "system: local\nreferences:\n"
+        "  - {benchmark: fabreg_matmul_blocking_4ranks, metric: compute, size: 512, "
+        "transport: shm, nodes: 1, value: 1.0e-9, unit: s, fail: 0.5}\n")
+    proc = run_reframe("-r", "-p", "mpich", "-n",
+                       "Matmul%transport=shm%nodes=1%mode=blocking%matrix_size=512",
+                       "-S", "confirm_span=0", "-S", "confirm_runs=1", *SHORT_CONTROL,
+                       "-S", "contended_share=1.0", checks=checks,
+                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    rows = {row["ranks"]: row for row in _rows(tmp_path / "perflogs", "Matmul")}
+    assert set(rows) == {"2", "4"}, out[-4000:]
+    two, four = rows["2"], rows["4"]
+    assert two["result"] == "pass" and "compute" not in json.loads(two["verdicts"]), two
+    assert json.loads(two["ref_keys"])["compute"]["benchmark"] == \
+        "fabreg_matmul_blocking_2ranks", two
+    cpus = os.cpu_count() or 1
+    if cpus < 4:
+        assert proc.returncode == 0, out[-4000:]
+        assert four["result"] == "pass" and four["ref_status"] == "", four
+        assert json.loads(four["ref_keys"]) == {} and json.loads(four["verdicts"]) == {}, four
+        assert four["ref_notes"].startswith(f"not judged: 4 ranks on {cpus} CPUs: "), four
+        assert "the multiply's phases would be the OS scheduler's time slices" in \
+            four["ref_notes"], four
+        assert set(json.loads(four["measurements"]).values()) == {1}, four
+    else:
+        assert proc.returncode != 0, out[-4000:]
+        assert json.loads(four["verdicts"])["compute"] == "fail", four

@@ -121,6 +121,17 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
         """Performance variable -> (lookup key for ``ReferenceTable.lookup``, required?)."""
         return {}
 
+    def unjudged_reason(self) -> str:
+        """Why this case's figures are logged but judged by no reference ('' where they are
+        judged): a figure that measures something other than the fabric, such as the OS
+        scheduler's time slices, has no band both quiet and sensitive to a fault. Known
+        from setup on."""
+        return ""
+
+    def judged_keys(self) -> ReferenceKeys:
+        """:meth:`reference_keys`, none for a case whose figures are not judged."""
+        return {} if self.unjudged_reason() else self.reference_keys()
+
     def reference_path(self) -> Path:
         """The file a missing value belongs in: the host's baseline or the system's file."""
         return self.reference_paths()[0]
@@ -171,7 +182,7 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
         """Perf variable -> its reference row (None without one); known from setup on."""
         tables = self.reference_tables()
         return {var: next((r for t in tables if (r := t.lookup(**key))), None)
-                for var, (key, _) in self.reference_keys().items()}
+                for var, (key, _) in self.judged_keys().items()}
 
     def host_control_references(self) -> dict[str, Reference]:
         """Host control figure -> its row in this host's baseline (``fabreg.run.host_control``;
@@ -208,7 +219,7 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
     @run_before("performance", always_last=True)
     def judge_against_references(self) -> None:
         path = self.reference_path()
-        keys = self.reference_keys()
+        keys = self.judged_keys()
         refs = self.references()
         bands = {var: ref.reframe_tuple() for var, ref in refs.items() if ref}
         # Logged whether or not a reference exists: it is what a new system's rows are made of.
@@ -253,6 +264,8 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
                                f"record one with fabreg references calibrate --system "
                                f"{self.current_system.name} --partition "
                                f"{self.current_partition.name}")
+        if unjudged := self.unjudged_reason():
+            self.ref_notes = f"not judged: {unjudged}"
         if summary.notes:
             getlogger().warning(f"{self.display_name}: {self.ref_notes}")
 
@@ -260,7 +273,7 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
     def require_references(self) -> None:
         missing = [name for name, dev in self.deviation.items() if dev is None]
         if self.references_required and missing:
-            key = {k: v for k, v in self.reference_keys()[missing[0]][0].items()
+            key = {k: v for k, v in self.judged_keys()[missing[0]][0].items()
                    if k not in ("metric", "size")}
             raise PerformanceError(
                 f"references are required (acceptance mode) but "

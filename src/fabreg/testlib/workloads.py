@@ -145,13 +145,15 @@ class RepeatedProbe(ConfirmedValues):
         baseline, recorded = self.baseline_launch()
         figures = {name: schema.lower_is_better(name) for name in units}
         figures.update({kept: schema.lower_is_better(name) for name, kept in recorded.items()})
+        settings = self.confirmation_settings()
+        if self.unjudged_reason():
+            settings["repeats"] = 1  # no verdict rests on the figures: one run logs them
         repeat_probe.Plan(
             command=[*self.launcher_argv(), self.probe_path()],
             options=list(self.executable_opts), probe=self.benchmark, figures=figures,
             fail_limits=self.failure_limits(units), warn_limits=self.warning_limits(units),
             baseline=baseline,
-            baseline_figures=recorded, hang_note=self.hang_note(),
-            **self.confirmation_settings(),
+            baseline_figures=recorded, hang_note=self.hang_note(), **settings,
         ).save(Path(self.stagedir, repeat_probe.PLAN))
         self.hand_to_driver("fabreg.run.repeat_probe", repeat_probe.PLAN,
                             [repeat_probe.RESULT, "probe-run*.out"])
