@@ -81,8 +81,8 @@ class Tally:
 
     def row(self, name: str, rules: int) -> str:
         return (f"{name:<26}{self.values:>8}{self.with_control:>9}{self.between:>9}"
-                f"{self.failed:>8}{' / '.join(map(str, self.explained[:rules])):>20}"
-                f"{self.caught:>8}{' / '.join(map(str, self.masked[:rules])):>26}")
+                f"{self.failed:>8}{' / '.join(map(str, self.explained[:rules])):>24}"
+                f"{self.caught:>8}{' / '.join(map(str, self.masked[:rules])):>30}")
 
 
 def explained(rule: str, assessment: Assessment, now: host_control.SlowHost | None,
@@ -173,7 +173,7 @@ def main() -> int:
           "job with a control at twice its time, a rate at half) the band caught and those "
           f"each rule would mask; rules {' / '.join(rules)}")
     print(f"{'check':<26}{'values':>8}{'control':>9}{'between':>9}{'failed':>8}"
-          f"{'explained':>20}{'caught':>8}{'masked':>26}")
+          f"{'explained':>24}{'caught':>8}{'masked':>30}")
     total = Tally()
     for family in sorted(counts):
         total.add(counts[family])
