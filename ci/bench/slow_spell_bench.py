@@ -21,12 +21,19 @@ candidate figures a control could add:
 - ``l3_copy``: ``memmove`` of 8 MiB, beyond the per-core cache, within the shared one;
 - ``compute_median``: the control's compute loop, median of 9 batches instead of the best.
 
+With ``--matmul MPI`` each round also runs the suite's 2-rank multiply of 512 (blocking, over
+that MPI's shared memory, as ``Matmul`` launches it) and takes its ``compute`` phase as a
+value: a multiply's compute ran 1.7x slow for over a minute in a healthy session while every
+control on its path read normal (session 65), and it streams the whole of B (2 MiB) once per
+row it computes, which the 1 MiB copy does not.
+
 Then, per figure, how far it moved in the rounds where a value ran 25 % or more above its
 median (a failure by the suite's narrowest band) against the other rounds, and the rounds
 each figure called slow. A figure worth adding moves with the slow rounds and stays put in
 the others. Every round is written to ``--out`` (CSV). Usage (repository root):
 
     .venv/bin/python ci/bench/slow_spell_bench.py --minutes 50 --out /tmp/spells.csv
+    .venv/bin/python ci/bench/slow_spell_bench.py --minutes 40 --matmul mpich --out /tmp/mm.csv
 """
 
 from __future__ import annotations
@@ -38,19 +45,26 @@ import os
 import shutil
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from probes_vs_osu import MPIS, BenchError, build_probes, shm_value  # noqa: E402
+from probes_vs_osu import MPIS, BenchError, build_probes, shm_value, tool_env  # noqa: E402
 
+from fabreg.errors import FabregError  # noqa: E402
 from fabreg.run import host_control  # noqa: E402
+from fabreg.run import transport as tx  # noqa: E402
+from fabreg.run.parsers.probes import parse_matmul  # noqa: E402
 from fabreg.schema import HOST_CONTROL_FIGURES, lower_is_better  # noqa: E402
 
 #: (probe, size): shared-memory values that failed healthy sessions in a slow spell.
 CASES = (("osu_reduce", 1 << 20), ("osu_bcast", 1 << 20), ("osu_allreduce", 1 << 20))
+#: The value ``--matmul`` adds: the multiply's compute phase, ms.
+MATMUL = "matmul_compute"
+MATMUL_SIZE = 512
 SLOW = 1.25
 GAP_NS = 20_000
 SPIN_S = 0.2
@@ -98,11 +112,29 @@ def steal_jiffies() -> int:
     return int(fields[8])
 
 
-def one_round(probes: Path, cpus: tuple[int, int]) -> dict[str, float]:
+def matmul_compute(mpi: str, probes: Path) -> float:
+    """One launch of the suite's 2-rank multiply over ``mpi``'s shared memory, as the
+    ``Matmul`` check launches it: its compute phase in ms (NaN: no result)."""
+    spec = tx.launch_spec(mpi, "shm", nodes=1, ranks_per_node=2, verify=False)
+    style = tx.launcher_style(mpi, MPIS[mpi].launcher)
+    cmd = [*MPIS[mpi].launcher, *spec.options(style), str(probes / "fabreg_matmul"),
+           "-n", str(MATMUL_SIZE), "-m", "blocking"]
+    env = dict(tool_env(MPIS[mpi]), **spec.environment(style))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    try:
+        return parse_matmul(proc.stdout).figures()["compute"] * 1e3
+    except FabregError:
+        return float("nan")
+
+
+def one_round(probes: Path, cpus: tuple[int, int],
+              matmul: tuple[str, Path] | None = None) -> dict[str, float]:
     row: dict[str, float] = {"t": time.time()}
     steal = steal_jiffies()
     for probe, size in CASES:
         row[probe] = shm_value("openmpi", probes, probe, size, 100, 10)
+    if matmul is not None:
+        row[MATMUL] = matmul_compute(*matmul)
     control = host_control.measure_host()
     row.update(control.figures())
     row["cpu_share"] = cpu_share(cpus)
@@ -126,7 +158,7 @@ def report(rows: list[dict[str, float]], width_s: float = 60.0) -> None:
     figures = {name: lower_is_better(name, unit) for name, unit in HOST_CONTROL_FIGURES.items()
                if all(name in r for r in rows)}
     figures.update(CANDIDATES)
-    values = [p for p, _ in CASES]
+    values = [p for p, _ in CASES] + [MATMUL] * (MATMUL in rows[0])
     medians = {k: statistics.median(r[k] for r in rows if r[k] == r[k])
                for k in [*figures, *values]}
     x = {k: [slowness(r[k], medians[k], k in values or figures[k]) for r in rows]
@@ -144,10 +176,11 @@ def report(rows: list[dict[str, float]], width_s: float = 60.0) -> None:
     print(f"{n} rounds over {minutes:.0f} min; {len(slow)} rounds in which a value's median "
           f"over {WINDOW} rounds was {SLOW:.2f}x its overall median or more; "
           f"{sum(r['steal_jiffies'] for r in rows):.0f} jiffies of steal time in all")
-    for p, size in CASES:
-        print(f"  {p} {size >> 10} KiB: median {medians[p]:.1f} us; single rounds "
-              f">= {SLOW:.2f}x: {sum(v >= SLOW for v in x[p])}, lasting: "
-              f"{sum(v >= SLOW for v in lasting[p])}")
+    for p in values:
+        what = (f"{p} {dict(CASES)[p] >> 10} KiB: median {medians[p]:.1f} us" if p != MATMUL
+                else f"{p} (2 ranks, {MATMUL_SIZE}): median {medians[p]:.2f} ms")
+        print(f"  {what}; single rounds >= {SLOW:.2f}x: {sum(v >= SLOW for v in x[p])}, "
+              f"lasting: {sum(v >= SLOW for v in lasting[p])}")
     print(f"\n{'figure':<18}{'median':>9}{'x, slow':>9}{'x, others':>11}"
           f"{'>=1.25x slow':>14}{'others':>8}{'corr':>7}")
     worst = [max(lasting[p][i] for p in values) for i in range(n)]
@@ -179,6 +212,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=50)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--matmul", choices=sorted(MPIS),
+                        help="also run the suite's 2-rank multiply of 512 over this MPI")
     parser.add_argument("--read", action="store_true",
                         help="only print the report of an earlier --out file")
     args = parser.parse_args()
@@ -193,6 +228,11 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="fabreg-spell-bench-"))
     try:
         probes = build_probes(MPIS["openmpi"], work / "openmpi")
+        matmul = None
+        if args.matmul:
+            built = (probes if args.matmul == "openmpi"
+                     else build_probes(MPIS[args.matmul], work / args.matmul))
+            matmul = (args.matmul, built)
     except BenchError as err:
         print(err, file=sys.stderr)
         return 2
@@ -202,7 +242,7 @@ def main() -> int:
         with args.out.open("w", newline="") as f:
             writer = None
             while time.monotonic() < end:
-                row = one_round(probes, (cpus[0], cpus[1]))
+                row = one_round(probes, (cpus[0], cpus[1]), matmul)
                 if writer is None:
                     writer = csv.DictWriter(f, fieldnames=list(row))
                     writer.writeheader()
