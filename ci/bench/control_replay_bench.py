@@ -232,9 +232,10 @@ def followed_figures(perflogs: list[Path], lookup: Callable[..., Reference | Non
             if not control:
                 continue
             family = (line.get("name") or "?").split()[0]
+            slow = slow_figures(control, baseline)
             for var, key, value, ref in logged_values(line, lookup):
                 for figure in control_path(control, key.get("transport")):
-                    if host_control.slow_host(control, baseline, (figure,)) is None:
+                    if slow.get(figure) is None:
                         continue
                     at = (family, var, figure)
                     worst[at] = max(worst.get(at, 1.0), slower_by(value, ref))
@@ -242,15 +243,23 @@ def followed_figures(perflogs: list[Path], lookup: Callable[..., Reference | Non
     return {at: (worst[at], jobs[at]) for at in worst}
 
 
-def followed_host(family: str, var: str, control: dict[str, object],
-                  baseline: dict[str, Reference], figures: tuple[str, ...],
-                  follow: Followed) -> host_control.SlowHost | None:
+def slow_figures(control: dict[str, object], baseline: dict[str, Reference]
+                 ) -> dict[str, host_control.SlowHost | None]:
+    """Each control figure of a job alone, beyond its failure limit (None: inside it): one
+    job's, the same for every value it logged."""
+    return {figure: host_control.slow_host(control, baseline, (figure,))
+            for figure in HOST_CONTROL_FIGURES}
+
+
+def followed_host(family: str, var: str, slow_alone: dict[str, host_control.SlowHost | None],
+                  figures: tuple[str, ...], follow: Followed) -> host_control.SlowHost | None:
     """The job's slow host as rule ``followed`` weighs it: each figure beyond its failure limit
-    counts by its own factor, cut to what values of this check and metric followed of it in
-    the calibration (as now where it never read slow there); None: nothing slow."""
+    (``slow_alone``, :func:`slow_figures`) counts by its own factor, cut to what values of this
+    check and metric followed of it in the calibration (as now where it never read slow
+    there); None: nothing slow."""
     factor, texts = 0.0, []
     for figure in figures:
-        slow = host_control.slow_host(control, baseline, (figure,))
+        slow = slow_alone.get(figure)
         if slow is None:
             continue
         seen = follow.get((family, var, figure))
@@ -283,13 +292,14 @@ def replay_line(line: dict[str, str], family: str,
     except ValueError:
         return
     rules = (*RULES, FOLLOWED) if follow is not None else RULES
+    slow_alone = slow_figures(control, baseline) if control and follow is not None else {}
     for var, key, value, ref in logged_values(line, lookup):
         tally = counts[family]
         tally.values += 1
         figures = control_path(control, key.get("transport"))
         now = host_control.slow_host(control, baseline, figures) if control else None
         warn = host_control.slow_host(control, warning, figures) if control else None
-        followed = (followed_host(family, var, control, baseline, figures, follow)
+        followed = (followed_host(family, var, slow_alone, figures, follow)
                     if control and follow is not None else None)
         if control:
             tally.with_control += 1
