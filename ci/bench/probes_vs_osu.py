@@ -180,13 +180,19 @@ def loopback_tcp_value(mpi: str, probes: Path, probe: str, size: int, iterations
     return _value(mpi, spec, probes, probe, size, iterations, warmup)
 
 
+def probe_output(mpi: str, spec: tx.LaunchSpec, probes: Path, probe: str,
+                 options: list[str]) -> str:
+    """The standard output of one launch of ``probe`` with ``options``, as ``spec`` says."""
+    style = tx.launcher_style(mpi, MPIS[mpi].launcher)
+    cmd = [*MPIS[mpi].launcher, *spec.options(style), str(probes / probe), *options]
+    env = dict(tool_env(MPIS[mpi]), **spec.environment(style))
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120).stdout
+
+
 def _value(mpi: str, spec: tx.LaunchSpec, probes: Path, probe: str, size: int,
            iterations: int, warmup: int) -> float:
-    style = tx.launcher_style(mpi, MPIS[mpi].launcher)
-    cmd = [*MPIS[mpi].launcher, *spec.options(style), str(probes / probe),
-           "-m", f"{size}:{size}", "-i", str(iterations), "-x", str(warmup)]
-    env = dict(tool_env(MPIS[mpi]), **spec.environment(style))
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120).stdout
+    out = probe_output(mpi, spec, probes, probe,
+                       ["-m", f"{size}:{size}", "-i", str(iterations), "-x", str(warmup)])
     table = parse_osu(out)
     return table.value(size) if size in table.rows else float("nan")
 

@@ -45,14 +45,13 @@ import os
 import shutil
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from probes_vs_osu import MPIS, BenchError, build_probes, shm_value, tool_env  # noqa: E402
+from probes_vs_osu import MPIS, BenchError, build_probes, probe_output, shm_value  # noqa: E402
 
 from fabreg.errors import FabregError  # noqa: E402
 from fabreg.run import host_control  # noqa: E402
@@ -116,13 +115,10 @@ def matmul_compute(mpi: str, probes: Path) -> float:
     """One launch of the suite's 2-rank multiply over ``mpi``'s shared memory, as the
     ``Matmul`` check launches it: its compute phase in ms (NaN: no result)."""
     spec = tx.launch_spec(mpi, "shm", nodes=1, ranks_per_node=2, verify=False)
-    style = tx.launcher_style(mpi, MPIS[mpi].launcher)
-    cmd = [*MPIS[mpi].launcher, *spec.options(style), str(probes / "fabreg_matmul"),
-           "-n", str(MATMUL_SIZE), "-m", "blocking"]
-    env = dict(tool_env(MPIS[mpi]), **spec.environment(style))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    out = probe_output(mpi, spec, probes, "fabreg_matmul",
+                       ["-n", str(MATMUL_SIZE), "-m", "blocking"])
     try:
-        return parse_matmul(proc.stdout).figures()["compute"] * 1e3
+        return parse_matmul(out).figures()["compute"] * 1e3
     except FabregError:
         return float("nan")
 
