@@ -146,13 +146,21 @@ class QuietMeter:
         return False
 
 
-def confirm_failing(tmp_path, series: list[float], notes, runs: int = 4, span: float = 0.3):
+def confirm_failing(tmp_path, series: list[float], notes, runs: int = 4, span: float = 0.3,
+                    control: dict | None = None):
+    """A job's confirmation of a failing latency, then its note left by what its host
+    ``control`` read (none: no control, nothing read slow)."""
     values, times, again = scripted(series)
     limits = {"lat": Limit(40.0, lower_is_better=True)}
     confirmation = Confirmation("token", tmp_path, confirm_runs=runs, confirm_span_s=span,
-                                lasting_failures=str(notes))
+                                lasting_failures=str(notes), control_limits=CONTROL_LIMITS)
     quiet = confirmation.confirm(["lat"], again, lambda keys: beyond_limit(values, limits, keys))
+    confirmation.leave_note(control or {})
     return confirmation, quiet, times
+
+
+#: A host's baseline failure limits of two control figures (a bandwidth in GB/s, a time in ms).
+CONTROL_LIMITS = {"copy_bandwidth": 40.0, "shared_compute": 3.6}
 
 
 def test_failures_of_one_cause_in_a_run_are_confirmed_together(tmp_path, monkeypatch):
@@ -226,6 +234,7 @@ def test_a_figure_off_the_path_neither_joins_nor_notes_a_lasting_failure(tmp_pat
         confirmation = Confirmation("token", tmp_path, confirm_runs=4, confirm_span_s=0.3,
                                     lasting_failures=str(notes), off_path=["compute"])
         confirmation.confirm(["compute"], again, lambda keys: beyond_limit(values, limits, keys))
+        confirmation.leave_note({})
         return confirmation, times
 
     alone, times = confirm_compute()
@@ -238,6 +247,41 @@ def test_a_figure_off_the_path_neither_joins_nor_notes_a_lasting_failure(tmp_pat
     # the same failure of a figure on the path joins the path's lasting failure
     on_path, _, times = confirm_failing(tmp_path, [45.0] * 4, notes)
     assert len(times) == 1 and on_path.joined is not None
+
+
+@pytest.mark.parametrize("control", [{"copy_bandwidth": 30.0, "shared_compute": 2.7},
+                                     {"copy_bandwidth": 50.0, "shared_compute": 4.7}])
+def test_a_failure_on_a_host_its_control_read_slow_is_not_noted(tmp_path, monkeypatch,
+                                                                  control):
+    """The host itself ran slow (a control figure beyond its limit, either way): the failure
+    may be the host's, so the next job's failure on the same path is confirmed in full, not
+    by one run. A control inside its limits notes it as before."""
+    monkeypatch.setattr(confirm, "JobMeter", QuietMeter)
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-2]")
+    notes = tmp_path / "notes"
+    slow, quiet, times = confirm_failing(tmp_path, [45.0] * 4, notes, control=control)
+    assert len(times) == 4 and quiet == {"lat": 4}
+    assert not (notes / "node[1-2]").exists()
+    figure = next(name for name in control if name in slow.withheld)
+    assert slow.withheld == f"{figure} {control[figure]:g} beyond {CONTROL_LIMITS[figure]:g}"
+    later, quiet, times = confirm_failing(tmp_path, [45.0] * 4, notes)
+    assert len(times) == 4 and later.joined is None and later.withheld == ""
+    assert confirm.lasting_failure(notes / "node[1-2]") is not None
+
+
+def test_measurements_say_why_a_lasting_failure_was_not_noted(tmp_path, monkeypatch):
+    monkeypatch.setattr(confirm, "JobMeter", QuietMeter)
+    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
+    kept = confirm.Measurements({"lat": True})
+    kept.record({"lat": 50.0})
+    values = iter([45.0] * 4)
+    confirmation = Confirmation("token", tmp_path, confirm_runs=4, confirm_span_s=0.3,
+                                lasting_failures=str(tmp_path / "notes"),
+                                control_limits=CONTROL_LIMITS)
+    kept.confirm({"lat": 40.0}, confirmation, lambda names: {"lat": next(values)})
+    kept.leave_note({"copy_bandwidth": 12.5, "shared_compute": 2.0})
+    assert kept.as_dict()["lasting_failure_withheld"] == "copy_bandwidth 12.5 beyond 40"
+    assert not (tmp_path / "notes" / "local").exists()
 
 
 def test_a_lasting_failure_too_young_or_too_old_is_confirmed_again(tmp_path, monkeypatch):

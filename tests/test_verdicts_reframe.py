@@ -172,6 +172,29 @@ def test_failures_on_one_path_in_a_run_are_confirmed_together(tmp_path):
     assert "one run on a quiet host confirmed it, instead of up to 3 over 3 s" in out
 
 
+def test_a_failure_the_host_control_read_slow_is_not_joined(tmp_path):
+    """The same two jobs on a host whose control reads beyond its baseline (a baseline no
+    host meets): the first job's failure may be the host's, so it notes no lasting failure,
+    and the second job confirms its own in full (in a healthy session on the 2-vCPU VM, seven
+    cases that joined such a failure failed while their own controls read normal)."""
+    checks = _checks(tmp_path)
+    (checks / "references" / "local.yaml").write_text(UNREACHABLE + CONTROL_UNMET)
+    proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL, "--repeat", "2",
+                       "-S", "confirm_span=3", "-S", "confirm_runs=3",
+                       "-S", "contended_share=1.0", checks=checks,
+                       perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    rows = _rows(tmp_path / "perflogs", "OsuBandwidth")
+    assert [r["ref_status"] for r in rows] == ["inconclusive"] * 2, [r["ref_notes"] for r in rows]
+    assert all(set(json.loads(r["measurements"]).values()) == {6} for r in rows)
+    assert "joined the lasting failure" not in out, out[-4000:]
+    assert out.count("is not noted as the lasting failure of these nodes") == 2, out[-4000:]
+    for path in tmp_path.rglob("measure.json"):
+        assert json.loads(path.read_text())["lasting_failure_withheld"].startswith(
+            "copy_bandwidth "), path
+
+
 def test_values_measured_fewer_times_than_asked_say_why(tmp_path):
     # A repeat budget the whole-curve run alone spends: each size is measured once, and
     # the run says so instead of judging one value as if it were the best of three. (No

@@ -223,11 +223,12 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         measurements.confirm(plan.fail_limits, Confirmation.of(plan, token, workdir),
                              lambda _: pair())
     interference = meter.stop()
+    control = host_control.after_plan(token, plan, bool(measurements.failing(plan.fail_limits)))
+    measurements.leave_note(control)
     result = {
         **measurements.as_dict(),
         **interference.job_summary(plan.contended_share),
-        "host_control": host_control.after_plan(
-            token, plan, bool(measurements.failing(plan.fail_limits))),
+        "host_control": control,
         "runs": runs,
         "returncode": runs[0]["returncode"],
     }

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fabreg.run.interference import CONTENDED_SHARE, InterferenceMeter, JobMeter
-from fabreg.schema import HOST_CONTROL_FIGURES
+from fabreg.schema import HOST_CONTROL_FIGURES, lower_is_better
 
 Key = TypeVar("Key", bound=Hashable)
 
@@ -216,6 +216,10 @@ class ConfirmationPlan:
     #: Figures whose failure is not the path's (a matrix multiply's arithmetic): they
     #: neither join an earlier job's lasting failure nor note one for later jobs.
     off_path: list[str] = field(default_factory=list)
+    #: Host control figure -> its failure limit in the host's baseline, for the figures on
+    #: the job's path that have a row: a job whose control read one of them beyond it notes
+    #: no lasting failure (:meth:`Confirmation.leave_note`).
+    control_limits: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -234,6 +238,12 @@ class Confirmation(ConfirmationPlan):
     #: Other work's share of the host's CPU that each confirmation run's own meter read
     #: (the hypervisor's steal included); beyond ``contended_share`` the run was not quiet.
     other_shares: list[float] = field(default_factory=list)
+    #: The lasting failure this confirmation found, and its note, until the job's host
+    #: control says whether it is the path's (:meth:`leave_note`).
+    pending: tuple[Path | None, LastingFailure] | None = None
+    #: Why a lasting failure the confirmation found was not noted: what of the host control
+    #: read beyond its limit.
+    withheld: str = ""
 
     @classmethod
     def of(cls, plan: ConfirmationPlan, token: str, workdir: Path) -> Confirmation:
@@ -256,7 +266,9 @@ class Confirmation(ConfirmationPlan):
         ``confirm_span_s`` ago and ended less than :data:`LASTING_FAILURE_FRESH_S` ago, the path has
         already been slow for longer than a spell lasts, and one quiet run that still fails
         confirms this job's failure (``joined``). A failure that every run confirms, on a
-        quiet host at least once, is noted for the run's later jobs. A figure ``off_path``
+        quiet host at least once, is the path's lasting failure, which :meth:`leave_note`
+        notes for the run's later jobs once the job's host control cleared the host. A
+        figure ``off_path``
         does neither: its failure is not the path's (a matrix multiply's arithmetic, which
         once confirmed 1.66x slow on a healthy path and 9 later jobs joined it). Once the run's
         confirmations took ``confirm_budget_s`` in all, a failure is confirmed by one quiet run too
@@ -314,10 +326,41 @@ class Confirmation(ConfirmationPlan):
             add_spent(self.lasting_failures, time.monotonic() - begun)
         if any(quiet.get(key) for key in confirming if key in on_path):
             job = os.environ.get("SLURM_JOB_ID", str(os.getpid()))
-            note_lasting_failure(note, LastingFailure(
+            self.pending = note, LastingFailure(
                 self.joined.first if self.joined else started, time.time(),
-                self.joined.job if self.joined else job))
+                self.joined.job if self.joined else job)
         return quiet
+
+    def leave_note(self, control: Mapping[str, Any]) -> None:
+        """Note the lasting failure the confirmation found (if it found one) for the run's
+        later jobs on the same path, unless the job's host ``control`` read a figure of
+        ``control_limits`` beyond its limit.
+
+        A host that itself ran slow may have failed the values, and a note would make every
+        failure on the path in the next minutes confirmed by one run: on the 2-vCPU VM a
+        multiply whose failure the control explained (``inconclusive``) noted one, and seven
+        cases of four checks that joined it failed a healthy session while their own
+        controls read normal. Without the note each is confirmed in full.
+        """
+        if self.pending is None:
+            return
+        note, failure = self.pending
+        self.pending = None
+        self.withheld = ", ".join(control_beyond_limits(control, self.control_limits))
+        if not self.withheld:
+            note_lasting_failure(note, failure)
+
+
+def control_beyond_limits(control: Mapping[str, Any], limits: Mapping[str, float]) -> list[str]:
+    """The figures of a host ``control`` that read beyond their failure ``limits``, each
+    with its value and limit (``copy_bandwidth 16.1 beyond 23.7``)."""
+    out = []
+    for name, limit in limits.items():
+        value = control.get(name)
+        if isinstance(value, (int, float)) and value > 0 and name in HOST_CONTROL_FIGURES and \
+                crosses(float(value), limit, lower_is_better(name)):
+            out.append(f"{name} {value:g} beyond {limit:.3g}")
+    return out
 
 
 @dataclass
@@ -338,6 +381,10 @@ class Measurements:
     confirmation_other_shares: list[float] = field(default_factory=list)
     #: Whether the run's confirmation budget was spent before this job confirmed.
     over_budget: bool = False
+    #: What of the host control read slow, where that kept the lasting failure the
+    #: confirmation found from being noted (:meth:`leave_note`).
+    lasting_failure_withheld: str = ""
+    _confirmation: Confirmation | None = field(default=None, repr=False)
 
     def record(self, figures: Mapping[str, float], names: Collection[str] = ()) -> list[str]:
         """Keep one run's ``figures`` (only ``names``, when given); return the names kept."""
@@ -372,6 +419,15 @@ class Measurements:
             lambda names: self.failing(limits, names))
         self.joined, self.over_budget = confirmation.joined, confirmation.over_budget
         self.confirmation_other_shares = list(confirmation.other_shares)
+        self._confirmation = confirmation
+
+    def leave_note(self, control: Mapping[str, Any]) -> None:
+        """Note the lasting failure the confirmation found, unless the job's host
+        ``control`` read slow (:meth:`Confirmation.leave_note`); call it once the control is
+        measured."""
+        if self._confirmation is not None:
+            self._confirmation.leave_note(control)
+            self.lasting_failure_withheld = self._confirmation.withheld
 
     def as_dict(self) -> dict[str, Any]:
         """What a driver's result file says of its figures (read by ``ConfirmedValues``)."""
@@ -387,4 +443,5 @@ class Measurements:
             "confirmation_other_shares": self.confirmation_other_shares,
             "joined_lasting_failure": self.joined.__dict__ if self.joined else None,
             "confirmation_over_budget": self.over_budget,
+            "lasting_failure_withheld": self.lasting_failure_withheld or None,
         }

@@ -308,6 +308,8 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     limits = {str(s): v for s, v in plan.fail_limits.items()}
     measurements.confirm(limits, Confirmation.of(plan, token, workdir), repeat)
     interference = meter.stop()
+    control = host_control.after_plan(token, plan, bool(measurements.failing(limits)))
+    measurements.leave_note(control)
     result = {
         **measurements.as_dict(),
         "size_seconds": {str(size): round(t, 4) for size, t in costs.items()},
@@ -315,8 +317,7 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
         # The sizes the time budget left with fewer measurements than they needed.
         "unsettled": unsettled,
         **interference.job_summary(plan.contended_share),
-        "host_control": host_control.after_plan(token, plan,
-                                                bool(measurements.failing(limits))),
+        "host_control": control,
         **summary(launches),
         "validation": validated,
         "pilot": budget,

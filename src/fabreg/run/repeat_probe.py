@@ -137,13 +137,14 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         measurements.confirm(plan.fail_limits, Confirmation.of(plan, token, workdir), once)
     interference = meter.stop()
     first = launches[0]
+    control = host_control.after_plan(token, plan, bool(measurements.failing(plan.fail_limits)))
+    measurements.leave_note(control)
     result = {
         **measurements.as_dict(),
         **summary(launches),
         "baseline_launches": summary(baselines)["launches"],
         **interference.job_summary(plan.contended_share),
-        "host_control": host_control.after_plan(
-            token, plan, bool(measurements.failing(plan.fail_limits))),
+        "host_control": control,
         "returncode": 0 if first.hung_after_results else first.returncode,
     }
     (workdir / RESULT).write_text(json.dumps(result, indent=1) + "\n")

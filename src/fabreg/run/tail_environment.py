@@ -441,6 +441,8 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     # this job needs it).
     failing = bool(quiet and quiet.failing(plan.fail_limits))
     control = host_control.after_plan(env[TOKEN_VARIABLE], plan, True) if failing else {}
+    if quiet is not None:
+        quiet.leave_note(control)
     counts = [r.iterations for r in results]  # every run's, confirmations included
     # what a planned run would have taken: the last cost given, else what the probe-costed
     # run turned out to cost

@@ -121,7 +121,16 @@ class ConfirmationSettings(rfm.RegressionTestPlugin):
                 "confirm_runs": self.confirm_runs, "lasting_failures": self.lasting_failures(),
                 "confirm_budget_s": self.confirm_budget, "control_gap_s": self.control_gap,
                 "control_figures": list(self.host_control_figures()),
-                "off_path": list(self.off_path_figures())}
+                "off_path": list(self.off_path_figures()),
+                "control_limits": self.control_limits()}
+
+    def control_limits(self) -> dict[str, float]:
+        """Host control figure on the job's path -> its failure limit in the host's
+        baseline: a job whose control read one beyond it leaves its confirmed failure
+        unnoted (``fabreg.run.confirm.Confirmation.leave_note``)."""
+        figures = set(self.host_control_figures())
+        return {name: ref.failure_limit for name, ref in self.host_control_references().items()
+                if name in figures}
 
     def lasting_failures(self) -> str:
         return lasting_failures_dir(self.stagedir)
@@ -250,7 +259,8 @@ def lasting_failures_dir(stagedir: str) -> str:
 def say_how_confirmed(check: Any, result: dict[str, Any]) -> None:
     """Warn when a driver confirmed ``check``'s failure by one run instead of its
     ``confirm_runs``: it joined an earlier job's lasting failure on the same nodes, or the
-    run's confirmations had taken ``confirm_budget``."""
+    run's confirmations had taken ``confirm_budget``; and say when a confirmed failure was
+    not noted for later jobs to join, its host control having read slow."""
     failing = ", ".join(check.confirmation)
     if joined := result.get("joined_lasting_failure"):
         since = time.strftime("%H:%M:%S", time.localtime(float(joined["first"])))
@@ -264,6 +274,11 @@ def say_how_confirmed(check: Any, result: dict[str, Any]) -> None:
             f"{check.display_name}: the run's confirmations took their budget "
             f"(confirm_budget={check.confirm_budget:g} s): the failure of {failing} was "
             f"confirmed by one run on a quiet host")
+    if withheld := result.get("lasting_failure_withheld"):
+        getlogger().info(
+            f"{check.display_name}: the failure of {failing} is not noted as the lasting "
+            f"failure of these nodes, for later jobs to join: the host control read slow "
+            f"({withheld})")
 
 
 def confirmed_verdicts(assessments: list[Assessment], interference: dict[str, Any],
