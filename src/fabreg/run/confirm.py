@@ -268,9 +268,9 @@ class Confirmation(ConfirmationPlan):
         confirms this job's failure (``joined``). A failure that every run confirms, on a
         quiet host at least once, is the path's lasting failure, which :meth:`leave_note`
         notes for the run's later jobs once the job's host control cleared the host. A
-        figure ``off_path``
-        does neither: its failure is not the path's (a matrix multiply's arithmetic, which
-        once confirmed 1.66x slow on a healthy path and 9 later jobs joined it). Once the run's
+        figure ``off_path`` does neither: its failure is not the path's (a matrix
+        multiply's arithmetic, which once confirmed 1.66x slow on a healthy path and 9 later
+        jobs joined it). Once the run's
         confirmations took ``confirm_budget_s`` in all, a failure is confirmed by one quiet run too
         (``over_budget``): many failures at once are a broken fabric, and the run must end
         in time to act on it. Such a short confirmation makes up to
