@@ -381,9 +381,6 @@ class Measurements:
     confirmation_other_shares: list[float] = field(default_factory=list)
     #: Whether the run's confirmation budget was spent before this job confirmed.
     over_budget: bool = False
-    #: What of the host control read slow, where that kept the lasting failure the
-    #: confirmation found from being noted (:meth:`leave_note`).
-    lasting_failure_withheld: str = ""
     _confirmation: Confirmation | None = field(default=None, repr=False)
 
     def record(self, figures: Mapping[str, float], names: Collection[str] = ()) -> list[str]:
@@ -427,7 +424,12 @@ class Measurements:
         measured."""
         if self._confirmation is not None:
             self._confirmation.leave_note(control)
-            self.lasting_failure_withheld = self._confirmation.withheld
+
+    @property
+    def lasting_failure_withheld(self) -> str:
+        """What of the host control read slow, where that kept the lasting failure the
+        confirmation found from being noted (:meth:`leave_note`); empty otherwise."""
+        return self._confirmation.withheld if self._confirmation is not None else ""
 
     def as_dict(self) -> dict[str, Any]:
         """What a driver's result file says of its figures (read by ``ConfirmedValues``)."""
