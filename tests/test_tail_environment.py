@@ -221,7 +221,7 @@ def test_a_failing_quiet_figure_joins_the_runs_lasting_failure_and_keeps_to_its_
                        lasting_failures=str(joined_notes), **failing)
     assert set(result["confirmation"]) == {"p50"}
     assert result["joined_lasting_failure"]["job"] == "41"
-    assert len(result["runs"]) == 3 + 1  # the repeats, then one run instead of up to 3
+    _assert_one_quiet_run_confirmed(result)
     assert result["confirmation_over_budget"] is False
     spent_notes = tmp_path / "spent-notes"
     spent_notes.mkdir()
@@ -232,9 +232,18 @@ def test_a_failing_quiet_figure_joins_the_runs_lasting_failure_and_keeps_to_its_
     assert set(result["confirmation"]) == {"p50"}
     assert result["confirmation_over_budget"] is True
     assert result["joined_lasting_failure"] is None
-    assert len(result["runs"]) == 3 + 1
+    _assert_one_quiet_run_confirmed(result)
     # this job's confirmation adds its own time to the run's
     assert len((spent_notes / confirm.SPENT).read_text().split()) == 3
+
+
+def _assert_one_quiet_run_confirmed(result: dict) -> None:
+    """The repeats, then a short confirmation that stopped at its first quiet run: a run
+    that other work on the host slowed (CI's other worker) is followed by another, up to
+    ``SHORT_CONFIRM_RUNS``; a full confirmation would have run on after a quiet one."""
+    confirmation_runs = len(result["runs"]) - 3
+    assert 1 <= confirmation_runs <= confirm.SHORT_CONFIRM_RUNS
+    assert result["quiet_confirmations"] == {"p50": 1}
 
 
 def _iterations(path) -> int:
