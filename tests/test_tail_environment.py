@@ -161,7 +161,8 @@ def test_quiet_environment_runs_no_background(openmpi_probe, tmp_path):
 def test_a_quiet_run_inside_every_warning_band_is_the_only_one(openmpi_probe, tmp_path):
     """Interference only raises a latency and its tail, so a quiet run whose figures all lie
     inside their warning bands is a pass with margin: no more runs. A figure within reach of
-    its limit, or without a reference, is measured ``repeats`` times (its best judged)."""
+    its limit, or without a reference, is measured ``repeats`` times (its best judged); one
+    the check does not judge is only logged."""
     wide = {"p50": 1e9, "p99": 1e9, "p99_over_p50": 1e9}
     (tmp_path / "inside").mkdir()
     result, stdout = _drive(openmpi_probe, tmp_path / "inside", "quiet", 2, 0,
@@ -175,6 +176,11 @@ def test_a_quiet_run_inside_every_warning_band_is_the_only_one(openmpi_probe, tm
         result, _ = _drive(openmpi_probe, tmp_path / name, "quiet", 2, 0, warn_limits=warn)
         assert result["runs"] == ["tail_run1.out", "tail_run2.out", "tail_run3.out"], name
         assert result["confirmation"] == {}  # no failure limit: nothing to confirm
+    # A tail the check does not judge (its ranks take every CPU) asks for no repeats.
+    (tmp_path / "p50_judged").mkdir()
+    result, _ = _drive(openmpi_probe, tmp_path / "p50_judged", "quiet", 2, 0,
+                       judged=["p50"], warn_limits={"p50": 1e9})
+    assert result["runs"] == ["tail_run1.out"]
 
 
 @pytest.mark.slow

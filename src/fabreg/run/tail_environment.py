@@ -155,6 +155,10 @@ def calibrate(measure: Callable[[Background], float], target: float,
     return result
 
 
+#: The quiet figures a reference may judge -> their field in the probe's quiet row.
+QUIET_FIGURES = {"p50": "p50_us", "p99": "p99_us", "p99_over_p50": "p99_over_p50"}
+
+
 @dataclass
 class Plan(JsonPlan, ConfirmationPlan):
     """What the job runs; written by the check, read by the driver in the job."""
@@ -179,6 +183,10 @@ class Plan(JsonPlan, ConfirmationPlan):
     #: its last run cost; the next quiet job's first run is costed by it
     #: (:func:`noted_cost`). Empty: none.
     step_note: str = ""
+    #: Quiet environment: the figures a verdict rests on (the check's judged ones): a run
+    #: is settled once they lie inside their warning bands; the others are logged from the
+    #: same runs.
+    judged: list[str] = field(default_factory=lambda: list(QUIET_FIGURES))
     #: Quiet environment: perf variable (``p50``, ``p99``, ``p99_over_p50``) -> failure
     #: limit; a figure whose best run crosses it is confirmed (fabreg.run.confirm).
     fail_limits: dict[str, float] = field(default_factory=dict)
@@ -302,10 +310,6 @@ def loaded_ratio(result: TailLatencyResult) -> float:
     return result.loaded.p99_over_p50
 
 
-#: The quiet figures a reference may judge -> their field in the probe's quiet row.
-QUIET_FIGURES = {"p50": "p50_us", "p99": "p99_us", "p99_over_p50": "p99_over_p50"}
-
-
 def quiet_figures(result: TailLatencyResult) -> dict[str, float]:
     """The quiet figures of one run, by perf variable."""
     return {name: float(getattr(result.quiet, row)) for name, row in QUIET_FIGURES.items()}
@@ -391,7 +395,7 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     costs: list[float] = []
     warmup_costed = ""  # the run the probe costed by its own warm-up (-T), if one was
     # Quiet: the figures references judge, measured only as often as their verdict needs.
-    quiet_measured = Measurements(dict.fromkeys(QUIET_FIGURES, True))
+    quiet_measured = Measurements(dict.fromkeys(plan.judged, True))
     if (host_tail or gentlest_exceeds) and calibration:
         # The outcome is known: the step that showed it is the environment's one run (its
         # figures go to the perflog, marked inconclusive), no run measured after it.

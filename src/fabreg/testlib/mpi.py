@@ -234,19 +234,24 @@ class MpiCheck(FabregCheck):
             return os.cpu_count() or 1
         return self.current_partition.processor.num_cpus or 0
 
+    def ranks_sharing_cpus(self) -> tuple[int, int, int]:
+        """(ranks, the CPUs they share, nodes on one machine's cores or 0): one node's ranks
+        share its CPUs; where the nodes share one machine's cores (``extras['oversubscribe']``,
+        the emulated cluster) all the job's ranks do. CPUs 0: the partition declares none."""
+        nodes, per_node = self.placement()
+        shared = nodes > 1 and bool(self.current_partition.extras.get("oversubscribe"))
+        return (nodes * per_node if shared else per_node), self.node_cpus(), \
+            (nodes if shared else 0)
+
     def time_slices_reason(self, figure: str, yielding_too: bool = False) -> str:
         """Why this job's ``figure`` would be the OS scheduler's time slices rather than the
-        fabric's, or '' where it would not: its ranks outnumber the CPUs they share and its
-        MPI's waiting ranks keep their CPU (``transport.busy_polls``), so a rank waits for
-        its peer's time slice at every step. ``yielding_too``: a figure that ranks which
-        give their CPU away make the scheduler's as well (a tail: whenever every CPU is
-        taken, a message waits for its receiver's next slice). One node's ranks share its
-        CPUs; where the nodes share one machine's cores (``extras['oversubscribe']``, the
-        emulated cluster) all the job's ranks do."""
-        nodes, per_node = self.placement()
-        cpus = self.node_cpus()
-        shared = nodes > 1 and bool(self.current_partition.extras.get("oversubscribe"))
-        ranks = nodes * per_node if shared else per_node
+        fabric's, or '' where it would not: its ranks outnumber the CPUs they share
+        (:meth:`ranks_sharing_cpus`) and its MPI's waiting ranks keep their CPU
+        (``transport.busy_polls``), so a rank waits for its peer's time slice at every step.
+        ``yielding_too``: a figure that ranks which give their CPU away make the scheduler's
+        as well (a tail: whenever every CPU is taken, a message waits for its receiver's next
+        slice)."""
+        ranks, cpus, shared = self.ranks_sharing_cpus()
         if not cpus or ranks <= cpus:
             return ""
         spins = tx.busy_polls(self.mpi, self.inventory())
@@ -254,13 +259,23 @@ class MpiCheck(FabregCheck):
             spins = "a rank that gives its CPU away still waits for its peer's next time slice"
         if not spins:
             return ""
-        if shared:
-            where = f" ({nodes} nodes on one machine's cores)"
-            instead = "nodes with cores of their own"
-        else:
-            where, instead = "", f"a node of {ranks} CPUs or more"
+        where, instead = _where(ranks, shared)
         return (f"{ranks} ranks on {cpus} CPUs{where}: {spins}, so the {figure} would be the OS "
                 f"scheduler's time slices, not the fabric's; run it on {instead}")
+
+    def no_core_left_reason(self, figure: str) -> str:
+        """Why this job's ``figure``, a tail, would be the rest of the host's time slices, or
+        '' where its ranks leave a CPU free: ranks that take every CPU they share leave none
+        for the OS, ReFrame, the meter and the job's own driver, so each of their wake-ups
+        takes a rank's CPU from it while its peer waits (Slurm sites reserve cores for this:
+        ``CoreSpecCount``)."""
+        ranks, cpus, shared = self.ranks_sharing_cpus()
+        if not cpus or ranks < cpus:
+            return ""
+        where, _ = _where(ranks, shared)
+        return (f"{ranks} ranks on {cpus} CPUs{where} leave no CPU for the OS and the "
+                f"harness, so the {figure} would be their time slices, not the fabric's; "
+                f"judge it where the ranks leave a CPU free")
 
     def skip_if_time_slices(self, figure: str, yielding_too: bool = False) -> None:
         """Skip the case before its job, saying why, where its ``figure`` would be the OS
@@ -344,3 +359,10 @@ class MpiCheck(FabregCheck):
         if argv:
             self.job.launcher = ArgvLauncher(argv)
         self.job.launcher.options += list(self.launch_options)
+
+
+def _where(ranks: int, shared: int) -> tuple[str, str]:
+    """How a reason says where ``ranks`` run, and where to run them instead."""
+    if shared:
+        return f" ({shared} nodes on one machine's cores)", "nodes with cores of their own"
+    return "", f"a node of {ranks} CPUs or more"

@@ -128,9 +128,19 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
         from setup on."""
         return ""
 
+    def unjudged_figures(self) -> tuple[list[str], str]:
+        """The figures of this case that are logged but judged by no reference, and why
+        (``([], '')`` where every figure is judged): a tail that the host's other wake-ups
+        make, where the case's median is still the fabric's. Known from setup on."""
+        return [], ""
+
     def judged_keys(self) -> ReferenceKeys:
-        """:meth:`reference_keys`, none for a case whose figures are not judged."""
-        return {} if self.unjudged_reason() else self.reference_keys()
+        """:meth:`reference_keys`, none for a case whose figures are not judged and none
+        for the figures :meth:`unjudged_figures` names."""
+        if self.unjudged_reason():
+            return {}
+        unjudged, _ = self.unjudged_figures()
+        return {var: key for var, key in self.reference_keys().items() if var not in unjudged}
 
     def reference_path(self) -> Path:
         """The file a missing value belongs in: the host's baseline or the system's file."""
@@ -266,6 +276,10 @@ class ReferencesMixin(rfm.RegressionTestPlugin):
                                f"{self.current_partition.name}")
         if unjudged := self.unjudged_reason():
             self.ref_notes = f"not judged: {unjudged}"
+        names, why = self.unjudged_figures()
+        if names := [n for n in names if n in self.perf_variables]:
+            self.ref_notes = "; ".join(filter(None, (
+                self.ref_notes, f"{', '.join(names)} not judged: {why}")))
         if summary.notes:
             getlogger().warning(f"{self.display_name}: {self.ref_notes}")
 
