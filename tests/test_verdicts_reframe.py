@@ -87,6 +87,22 @@ def _tail_latency(tmp_path: Path, cases: str, iterations: int, *options: str
     return out, _rows(tmp_path / "perflogs", "TailLatency")
 
 
+def _judged_tail(tmp_path: Path, references: str, cases: str, *options: str
+                 ) -> tuple[str, list[dict[str, str]]]:
+    """Run the quiet ``TailLatency`` cases matching ``cases`` (Open MPI, 300 iterations)
+    against a reference file of ``references``: the run output and the perflog rows."""
+    checks = tmp_path / "checks"
+    (checks / "references").mkdir(parents=True)
+    shutil.copy(CHECKS / "tail_latency.py", checks)
+    (checks / "references" / "local.yaml").write_text(references)
+    proc = run_reframe("-r", "-p", "openmpi", "-n", f"TailLatency%.*{cases}%environment=quiet",
+                       "-S", "TailLatency.iterations=300", "-S", "TailLatency.blocks=4",
+                       *options, checks=checks, perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    return out, _rows(tmp_path / "perflogs", "TailLatency")
+
+
 @contextlib.contextmanager
 def cpu_hogs(n: int):
     """``n`` busy loops beside the suite, ended by PID when the block ends."""
@@ -512,17 +528,8 @@ def test_a_quiet_tail_inside_its_warning_bands_is_measured_once_as_every_value_i
     inside its warning bands is a pass with margin, the job's only run, and the perflog says
     how many runs each figure rests on. Without a reference (the second case) the figures
     are what a baseline is calibrated from: ``repeats`` runs."""
-    checks = tmp_path / "checks"
-    (checks / "references").mkdir(parents=True)
-    shutil.copy(CHECKS / "tail_latency.py", checks)
-    (checks / "references" / "local.yaml").write_text(TAIL_INSIDE)
-    proc = run_reframe("-r", "-p", "openmpi", "-n",
-                       "TailLatency%.*case=allreduce:(default|ring)%environment=quiet",
-                       "-S", "TailLatency.iterations=300", "-S", "TailLatency.blocks=4",
-                       checks=checks, perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    rows = {r["algorithm"]: r for r in _rows(tmp_path / "perflogs", "TailLatency")}
+    _, logged = _judged_tail(tmp_path, TAIL_INSIDE, "case=allreduce:(default|ring)")
+    rows = {r["algorithm"]: r for r in logged}
     inside, unreferenced = rows["default"], rows["ring"]
     assert json.loads(inside["verdicts"]) == dict.fromkeys(QUIET_JUDGED, "ok"), inside
     assert json.loads(inside["measurements"]) == dict.fromkeys(
@@ -547,20 +554,11 @@ def test_a_confirmed_quiet_tail_failure_on_a_host_slower_than_its_control_is_inc
     measured after it lies beyond its baseline by enough to explain it (here a baseline no
     host meets), so the host ran slow, not the fabric: inconclusive, with the control's
     figure in the perflog."""
-    checks = tmp_path / "checks"
-    (checks / "references").mkdir(parents=True)
-    shutil.copy(CHECKS / "tail_latency.py", checks)
-    (checks / "references" / "local.yaml").write_text(TAIL_UNREACHABLE + CONTROL_UNMET)
-    proc = run_reframe("-r", "-p", "openmpi", "-n",
-                       "TailLatency%.*case=allreduce:default%environment=quiet",
-                       "-S", "TailLatency.iterations=300", "-S", "TailLatency.blocks=4",
-                       "-S", "TailLatency.confirm_runs=1", "-S", "TailLatency.confirm_span=0",
-                       "-S", "TailLatency.control_gap=0.5",
-                       "-S", "TailLatency.contended_share=1.0",
-                       checks=checks, perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    (row,) = _rows(tmp_path / "perflogs", "TailLatency")
+    _, (row,) = _judged_tail(tmp_path, TAIL_UNREACHABLE + CONTROL_UNMET,
+                             "case=allreduce:default",
+                             "-S", "TailLatency.confirm_runs=1", "-S", "TailLatency.confirm_span=0",
+                             "-S", "TailLatency.control_gap=0.5",
+                             "-S", "TailLatency.contended_share=1.0")
     assert row["ref_status"] == "inconclusive", row
     assert json.loads(row["verdicts"]) == dict.fromkeys(
         [n for n in QUIET_JUDGED if n != "p99_over_p50"], "inconclusive"), row["verdicts"]
@@ -586,18 +584,8 @@ def test_a_quiet_tail_whose_ranks_take_every_cpu_is_judged_by_its_p50_alone(tmp_
     unjudged figure asks for repeats), logs its tail with no reference key (no baseline is
     drawn from it) and says why it judged only the p50."""
     cpus = os.cpu_count() or 1
-    checks = tmp_path / "checks"
-    (checks / "references").mkdir(parents=True)
-    shutil.copy(CHECKS / "tail_latency.py", checks)
-    (checks / "references" / "local.yaml").write_text(TAIL_P50_ONLY_MET)
-    proc = run_reframe("-r", "-p", "openmpi", "-n",
-                       "TailLatency%.*case=allreduce:default%environment=quiet",
-                       "-S", "TailLatency.iterations=300", "-S", "TailLatency.blocks=4",
-                       "-S", f"TailLatency.measured_ranks={cpus}",
-                       checks=checks, perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    (row,) = _rows(tmp_path / "perflogs", "TailLatency")
+    _, (row,) = _judged_tail(tmp_path, TAIL_P50_ONLY_MET, "case=allreduce:default",
+                             "-S", f"TailLatency.measured_ranks={cpus}")
     assert row["ref_status"] == "ok", row["ref_notes"]
     assert json.loads(row["verdicts"]) == {"p50": "ok"}, row["verdicts"]
     assert set(json.loads(row["ref_keys"])) == {"p50"}, row["ref_keys"]
