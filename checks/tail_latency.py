@@ -225,7 +225,7 @@ class TailLatency(ConfirmationSettings, MeteredJob, ProbeCheck):
             command=command, options=list(self.executable_opts), environment=self.environment,
             calibration_iterations=self.calibration_iterations,
             calibration_blocks=self.calibration_blocks,
-            judged=[n for n in tail_environment.QUIET_FIGURES if n in self.judged_keys()],
+            judged=[n for n in self.judged_keys() if n in tail_environment.QUIET_FIGURES],
             fail_limits=self.failure_limits(tail_environment.QUIET_FIGURES),
             warn_limits=self.warning_limits(tail_environment.QUIET_FIGURES),
             run_s=self.run_seconds, **self.confirmation_settings(),

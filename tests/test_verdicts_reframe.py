@@ -74,14 +74,13 @@ def _row(perflogs: Path) -> dict[str, str]:
     return _rows(perflogs, "OsuBandwidth")[-1]
 
 
-def _tail_latency(tmp_path: Path, cases: str, iterations: int, *options: str
-                  ) -> tuple[str, list[dict[str, str]]]:
+def _tail_latency(tmp_path: Path, cases: str, iterations: int, *options: str,
+                  checks: Path = CHECKS / "tail_latency.py") -> tuple[str, list[dict[str, str]]]:
     """Run the ``TailLatency`` cases matching ``cases`` (Open MPI, short runs): the run
     output and the perflog rows."""
     proc = run_reframe("-r", "-p", "openmpi", "-n", f"TailLatency%.*{cases}",
                        "-S", f"TailLatency.iterations={iterations}", "-S", "TailLatency.blocks=4",
-                       *options, perflog_dir=tmp_path / "perflogs", cwd=tmp_path,
-                       checks=CHECKS / "tail_latency.py")
+                       *options, perflog_dir=tmp_path / "perflogs", cwd=tmp_path, checks=checks)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     return out, _rows(tmp_path / "perflogs", "TailLatency")
@@ -89,18 +88,13 @@ def _tail_latency(tmp_path: Path, cases: str, iterations: int, *options: str
 
 def _judged_tail(tmp_path: Path, references: str, cases: str, *options: str
                  ) -> tuple[str, list[dict[str, str]]]:
-    """Run the quiet ``TailLatency`` cases matching ``cases`` (Open MPI, 300 iterations)
-    against a reference file of ``references``: the run output and the perflog rows."""
+    """:func:`_tail_latency` for the quiet cases matching ``cases`` (300 iterations), from a
+    copy of the check judged by a reference file of ``references``."""
     checks = tmp_path / "checks"
     (checks / "references").mkdir(parents=True)
     shutil.copy(CHECKS / "tail_latency.py", checks)
     (checks / "references" / "local.yaml").write_text(references)
-    proc = run_reframe("-r", "-p", "openmpi", "-n", f"TailLatency%.*{cases}%environment=quiet",
-                       "-S", "TailLatency.iterations=300", "-S", "TailLatency.blocks=4",
-                       *options, checks=checks, perflog_dir=tmp_path / "perflogs", cwd=tmp_path)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    return out, _rows(tmp_path / "perflogs", "TailLatency")
+    return _tail_latency(tmp_path, f"{cases}%environment=quiet", 300, *options, checks=checks)
 
 
 @contextlib.contextmanager
