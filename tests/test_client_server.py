@@ -130,9 +130,9 @@ def test_the_confirmation_stops_at_the_first_run_that_no_longer_fails(tmp_path, 
     monkeypatch.setattr(confirm, "wait_for_quiet", cores_back)
     result = client_server.run(squeezed, busy)
     values = result["values"]["latency"]
-    assert min(values[:3]) > limit, (limit, values, result["runs"])
+    assert values[0] > limit, (limit, values, result["runs"])
     assert set(result["confirmation"]) == {"latency"}
-    assert len(values) == 4, values  # one confirmation run
+    assert len(values) == 2, values  # the first batch, then one confirmation run
     assert result["best"]["latency"] <= limit
 
 

@@ -95,25 +95,32 @@ def test_a_long_wait_for_a_quiet_host_does_not_eat_the_span(tmp_path, monkeypatc
     assert times[1] - times[0] >= 0.99 and times[2] - times[0] >= 1.99, times
 
 
-# values measured so far, lower is better?, warning limit, repeats -> settled?
+# values measured so far, lower is better?, warning limit, failure limit (a confirmation
+# follows), repeats -> settled?
 SETTLING = [
-    ([50.0], True, 60.0, 3, True),            # inside its warning band: once is enough
-    ([70.0], True, 60.0, 3, False),           # within reach of its limit: repeat
-    ([70.0, 65.0, 61.0], True, 60.0, 3, True),  # the repeats are spent (then: confirmation)
-    ([70.0, 55.0], True, 60.0, 3, True),      # a repeat brought it inside
-    ([900.0], False, 1000.0, 3, False),       # a bandwidth below its warning limit
-    ([1100.0], False, 1000.0, 3, True),
-    ([100.0], True, None, 3, False),          # no reference: what a baseline is made of,
-    ([100.0, 100.0], True, None, 3, False),   # measured repeats times, however close
-    ([100.0, 100.0, 120.0], True, None, 3, True),
-    ([], True, None, 3, False),
+    ([50.0], True, 60.0, None, 3, True),      # inside its warning band: once is enough
+    ([70.0], True, 60.0, None, 3, False),     # within reach of its limit: repeat
+    ([70.0, 65.0, 61.0], True, 60.0, None, 3, True),  # the repeats are spent (then: confirmation)
+    ([70.0, 55.0], True, 60.0, None, 3, True),  # a repeat brought it inside
+    ([900.0], False, 1000.0, None, 3, False),  # a bandwidth below its warning limit
+    ([1100.0], False, 1000.0, None, 3, True),
+    ([70.0], True, 60.0, 80.0, 3, False),     # between its warning and failure limits: repeat
+    ([90.0], True, 60.0, 80.0, 3, True),      # beyond its failure limit: its confirmation's
+    ([400.0], False, 1000.0, 500.0, 3, True),  # runs are its repeats
+    ([600.0], False, 1000.0, 500.0, 3, False),
+    ([90.0], True, 60.0, None, 3, False),     # no confirmation follows: repeated
+    ([100.0], True, None, None, 3, False),    # no reference: what a baseline is made of,
+    ([100.0, 100.0], True, None, None, 3, False),  # measured repeats times, however close
+    ([100.0, 100.0, 120.0], True, None, None, 3, True),
+    ([], True, None, None, 3, False),
+    ([], True, 60.0, 80.0, 3, False),
 ]
 
 
-@pytest.mark.parametrize("values,lower,warn,repeats,expected", SETTLING)
-def test_a_value_is_measured_as_often_as_its_verdict_needs(values, lower, warn, repeats,
+@pytest.mark.parametrize("values,lower,warn,fail,repeats,expected", SETTLING)
+def test_a_value_is_measured_as_often_as_its_verdict_needs(values, lower, warn, fail, repeats,
                                                            expected):
-    assert confirm.settled(values, lower, warn, repeats) is expected
+    assert confirm.settled(values, lower, warn, repeats, fail) is expected
 
 
 def test_unsettled_names_the_figures_that_need_another_measurement():
@@ -125,6 +132,14 @@ def test_unsettled_names_the_figures_that_need_another_measurement():
     kept.record({"rate": 10.1})
     assert kept.unsettled({"lat": 6.0, "bw": 1000.0}, repeats=3) == []
     assert kept.as_dict()["measurements"] == {"lat": 1, "bw": 2, "rate": 3}
+
+
+def test_a_failing_figure_is_left_to_its_confirmation_and_the_others_repeated():
+    kept = confirm.Measurements({"lat": True, "bw": False})
+    kept.record({"lat": 9.0, "bw": 900.0})  # lat beyond its failure limit, bw within reach
+    warn, fail = {"lat": 6.0, "bw": 1000.0}, {"lat": 8.0, "bw": 500.0}
+    assert kept.unsettled(warn, 3, fail) == ["bw"]
+    assert kept.unsettled(warn, 3) == ["lat", "bw"]  # no confirmation: both repeated
 
 
 class QuietMeter:

@@ -135,15 +135,18 @@ def test_a_failure_confirmed_on_a_quiet_host_fails_though_the_job_was_busy(tmp_p
     job's share of other work below the contended mark, and the job would not be contended."""
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
 
-    def end_hogs_at_the_last_repeat() -> None:
+    def first_run_complete() -> bool:  # its table's last row, 4 MiB, printed
+        return any("4194304" in out.read_text(errors="replace")
+                   for out in (tmp_path / "stage").rglob("measure-0.out"))
+
+    def end_hogs_once_the_first_run_is_complete() -> None:
         deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and not list((tmp_path / "stage").rglob(
-                "measure-2.out")):
+        while time.monotonic() < deadline and not first_run_complete():
             time.sleep(0.2)
         for hog in hogs:
             hog.kill()
             hog.wait()
-    watcher = threading.Thread(target=end_hogs_at_the_last_repeat)
+    watcher = threading.Thread(target=end_hogs_once_the_first_run_is_complete)
     watcher.start()
     try:
         proc = run_reframe("-r", "-n", "OsuBandwidth", "-p", "openmpi", *SMALL,
@@ -176,8 +179,9 @@ def test_failures_on_one_path_in_a_run_are_confirmed_together(tmp_path):
     rows = _rows(tmp_path / "perflogs", "OsuBandwidth")
     assert [r["ref_status"] for r in rows] == ["fail", "fail"], [r["ref_notes"] for r in rows]
     first, second = (json.loads(r["measurements"]) for r in rows)
-    # 3 repeats each; the first job adds 3 confirmation runs, the second one
-    assert set(first.values()) == {6} and set(second.values()) == {4}, (first, second)
+    # one first run each (a failing value is not repeated before its confirmation); the
+    # first job adds 3 confirmation runs, the second one
+    assert set(first.values()) == {4} and set(second.values()) == {2}, (first, second)
     assert out.count("joined the lasting failure job") == 1, out[-4000:]
     assert "one run on a quiet host confirmed it, instead of up to 3 over 3 s" in out
 
@@ -197,7 +201,8 @@ def test_a_failure_the_host_control_read_slow_is_not_joined(tmp_path):
     assert proc.returncode == 0, out[-4000:]
     rows = _rows(tmp_path / "perflogs", "OsuBandwidth")
     assert [r["ref_status"] for r in rows] == ["inconclusive"] * 2, [r["ref_notes"] for r in rows]
-    assert all(set(json.loads(r["measurements"]).values()) == {6} for r in rows)
+    assert all(set(json.loads(r["measurements"]).values()) == {4} for r in rows), [
+        r["measurements"] for r in rows]
     assert "joined the lasting failure" not in out, out[-4000:]
     assert out.count("is not noted as the lasting failure of these nodes") == 2, out[-4000:]
     for path in tmp_path.rglob("measure.json"):
@@ -357,7 +362,8 @@ def test_a_failure_that_reproduces_fails_with_both_measurements(tmp_path):
     assert float(row["bandwidth_1MB_value"]) >= confirmation["bandwidth_1MB"]  # best of both
     # a failed test stays in its stage directory
     measured = json.loads(next((tmp_path / "stage").rglob("measure.json")).read_text())
-    assert all(len(v) == 6 for v in measured["values"].values())
+    # the first run, then the 3 confirmation runs (no plain repeat of a failing value)
+    assert all(len(v) == 4 for v in measured["values"].values())
     control = json.loads(row["host_control"])
     assert "other_share" in control  # values still failed: it waited for a quiet host first
     # the figures on the value's path (shared memory on `local`), as a calibration reads

@@ -217,8 +217,8 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         sys.stdout.write(first.read_text(errors="replace"))
         sys.stdout.flush()
     if runs[0]["returncode"] == 0:
-        while len(runs) < plan.repeats and measurements.unsettled(plan.warn_limits,
-                                                                  plan.repeats):
+        while len(runs) < plan.repeats and measurements.unsettled(
+                plan.warn_limits, plan.repeats, plan.fail_limits if plan.confirm_runs else None):
             measurements.record(pair())
         measurements.confirm(plan.fail_limits, Confirmation.of(plan, token, workdir),
                              lambda _: pair())

@@ -293,6 +293,8 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
         return got
 
     warn_limits = {str(s): v for s, v in plan.warn_limits.items()}
+    limits = {str(s): v for s, v in plan.fail_limits.items()}
+    confirmed = limits if plan.confirm_runs else None  # a failing size goes to it at once
     got = measurements.record(launch(plan.full_options + counts, plan.full_sizes, echo=True))
     first = launches[0]
     # What the first run said each size and a launch cost: where repeats split.
@@ -300,12 +302,11 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     launch_s = launch_seconds(first.seconds, costs)
     unsettled: list[str] = []
     if len(got) == len(plan.sizes) and not (first.returncode and not first.hung_after_results):
-        while unsettled := measurements.unsettled(warn_limits, plan.repeats):
+        while unsettled := measurements.unsettled(warn_limits, plan.repeats, confirmed):
             if time.monotonic() - start >= plan.budget_s:
                 break
             if not set(measurements.record(repeat(unsettled))) & set(unsettled):
                 break  # a repeat that prints nothing will not start printing
-    limits = {str(s): v for s, v in plan.fail_limits.items()}
     measurements.confirm(limits, Confirmation.of(plan, token, workdir), repeat)
     interference = meter.stop()
     control = host_control.after_plan(token, plan, bool(measurements.failing(limits)))

@@ -396,6 +396,9 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     warmup_costed = ""  # the run the probe costed by its own warm-up (-T), if one was
     # Quiet: the figures references judge, measured only as often as their verdict needs.
     quiet_measured = Measurements(dict.fromkeys(plan.judged, True))
+    # a quiet figure beyond its failure limit goes to its confirmation at once
+    confirmed = {n: v for n, v in plan.fail_limits.items()
+                 if n in QUIET_FIGURES} if plan.confirm_runs else None
     if (host_tail or gentlest_exceeds) and calibration:
         # The outcome is known: the step that showed it is the environment's one run (its
         # figures go to the perflog, marked inconclusive), no run measured after it.
@@ -431,7 +434,7 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
             costed_by = (results[-1], launches[-1])
             if target is None:
                 quiet_measured.record(quiet_figures(results[-1]))
-                if not quiet_measured.unsettled(plan.warn_limits, plan.repeats):
+                if not quiet_measured.unsettled(plan.warn_limits, plan.repeats, confirmed):
                     break
         if len(results) < len(runs):  # settled early: its last run was not echoed yet
             runs = runs[:len(results)]
