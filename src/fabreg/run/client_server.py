@@ -218,7 +218,7 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         sys.stdout.flush()
     if runs[0]["returncode"] == 0:
         while len(runs) < plan.repeats and measurements.unsettled(
-                plan.warn_limits, plan.repeats, plan.fail_limits if plan.confirm_runs else None):
+                plan.warn_limits, plan.repeats, plan.repeat_limits(plan.fail_limits)):
             measurements.record(pair())
         measurements.confirm(plan.fail_limits, Confirmation.of(plan, token, workdir),
                              lambda _: pair())

@@ -230,6 +230,11 @@ class ConfirmationPlan:
     #: no lasting failure (:meth:`Confirmation.leave_note`).
     control_limits: dict[str, float] = field(default_factory=dict)
 
+    def repeat_limits(self, fail_limits: Mapping[str, float]) -> Mapping[str, float] | None:
+        """The failure limits beyond which a figure gets no plain repeat (``fail_limits`` of
+        :meth:`Measurements.unsettled`): all of them where a confirmation follows, else none."""
+        return fail_limits if self.confirm_runs else None
+
 
 @dataclass
 class Confirmation(ConfirmationPlan):

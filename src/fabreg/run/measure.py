@@ -294,7 +294,7 @@ def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
 
     warn_limits = {str(s): v for s, v in plan.warn_limits.items()}
     limits = {str(s): v for s, v in plan.fail_limits.items()}
-    confirmed = limits if plan.confirm_runs else None  # a failing size goes to it at once
+    confirmed = plan.repeat_limits(limits)
     got = measurements.record(launch(plan.full_options + counts, plan.full_sizes, echo=True))
     first = launches[0]
     # What the first run said each size and a launch cost: where repeats split.

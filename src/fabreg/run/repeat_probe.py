@@ -132,9 +132,8 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     measurements.record(once())
     if launches[0].returncode == 0 or launches[0].hung_after_results:
         while len(launches) < plan.repeats and (
-                unsettled := measurements.unsettled(
-                    plan.warn_limits, plan.repeats,
-                    plan.fail_limits if plan.confirm_runs else None)):
+                unsettled := measurements.unsettled(plan.warn_limits, plan.repeats,
+                                                    plan.repeat_limits(plan.fail_limits))):
             measurements.record(once(unsettled))
         measurements.confirm(plan.fail_limits, Confirmation.of(plan, token, workdir), once)
     interference = meter.stop()

@@ -315,6 +315,11 @@ def quiet_figures(result: TailLatencyResult) -> dict[str, float]:
     return {name: float(getattr(result.quiet, row)) for name, row in QUIET_FIGURES.items()}
 
 
+def quiet_fail_limits(plan: Plan) -> dict[str, float]:
+    """The failure limits of the quiet figures, the ones a quiet environment confirms."""
+    return {n: v for n, v in plan.fail_limits.items() if n in QUIET_FIGURES}
+
+
 def _confirm_quiet_figures(plan: Plan, workdir: Path, measurements: Measurements,
                            results: list[TailLatencyResult], runs: list[str],
                            launch: Callable[..., TailLatencyResult], options: list[str],
@@ -327,7 +332,7 @@ def _confirm_quiet_figures(plan: Plan, workdir: Path, measurements: Measurements
     to all three; returns ``measurements`` (None: nothing to judge), which then say what the
     confirmation found.
     """
-    limits = {n: v for n, v in plan.fail_limits.items() if n in QUIET_FIGURES}
+    limits = quiet_fail_limits(plan)
     if plan.target is not None or not limits:
         return None
 
@@ -396,9 +401,7 @@ def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     warmup_costed = ""  # the run the probe costed by its own warm-up (-T), if one was
     # Quiet: the figures references judge, measured only as often as their verdict needs.
     quiet_measured = Measurements(dict.fromkeys(plan.judged, True))
-    # a quiet figure beyond its failure limit goes to its confirmation at once
-    confirmed = {n: v for n, v in plan.fail_limits.items()
-                 if n in QUIET_FIGURES} if plan.confirm_runs else None
+    confirmed = plan.repeat_limits(quiet_fail_limits(plan))
     if (host_tail or gentlest_exceeds) and calibration:
         # The outcome is known: the step that showed it is the environment's one run (its
         # figures go to the perflog, marked inconclusive), no run measured after it.
