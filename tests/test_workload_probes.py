@@ -268,6 +268,42 @@ def test_matmul_wrong_answer_is_detected(build, mode):
 
 
 @pytest.mark.slow
+def test_matmul_seconds_reports_each_phases_fastest_of_several_runs(build):
+    """``--seconds`` repeats the multiply for that long (a 128 multiply takes about a
+    millisecond, so at most 50 runs) and each figure is the fastest of them: the phases of
+    their fastest runs still lie inside the fastest total."""
+    once = parse_matmul(build("fabreg_matmul").run(2, "-n", "128").stdout)
+    assert once.runs == 1
+    result = parse_matmul(build("fabreg_matmul").run(2, "-n", "128", "--seconds", "0.2").stdout)
+    assert result.verified and 1 < result.runs <= 50
+    assert result.phase_sum_s <= result.total_s * 1.001
+    assert 0 < result.comm_fraction < 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("option", [("--seconds", "-1"), ("--seconds", "61"),
+                                    ("--seconds", "soon"), ("-n", "10x"), ("-n", "abc")])
+def test_matmul_bad_numbers_are_refused_in_one_line(build, option):
+    """A number must be all number: ``-n 10x`` once ran a 10 multiply, ``soon`` seconds
+    none."""
+    proc = build("fabreg_matmul").run(2, "-n", "128", *option, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("fabreg_matmul: ") and option[1] in proc.stderr.splitlines()[0]
+    assert "# fabreg_matmul" not in proc.stdout
+
+
+def test_matmul_output_without_runs_is_one_run():
+    """Outputs of the probe before ``--seconds`` (kept perflogs' job outputs) read as one
+    run."""
+    text = ("# fabreg_matmul v1 n=64 ranks=2 mode=blocking corrupt=0\n# phase seconds\n"
+            "bcast 0.000100\nscatter 0.000100\ncompute 0.000500\ngather 0.000100\n"
+            "# end fabreg_matmul status=ok verify=pass total_s=0.000900 comm_s=0.000300 "
+            "compute_s=0.000500 unaccounted_s=0.000100 comm_fraction=0.3333 gflops=0.58\n")
+    result = parse_matmul(text)
+    assert result.runs == 1 and result.verified and result.n == 64
+
+
+@pytest.mark.slow
 def test_matmul_uneven_rows(build):
     result = parse_matmul(build("fabreg_matmul").run(3, "-n", "101").stdout)
     assert result.verified and result.n == 101 and result.ranks == 3

@@ -4,7 +4,9 @@
  */
 #include "probe_workload.h"
 
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,21 +48,35 @@ static const struct workload_option *find_option(const struct workload_probe *pr
     return NULL;
 }
 
-/* Store one option's argument in its field; 0 when the argument is acceptable. */
+/* Store one option's argument in its field; 0 when the argument is acceptable. A number
+ * must be all number: "soon" or "10x" is refused, never read as 0 or 10. */
 static int store(const struct workload_option *opt, const char *text, void *options)
 {
     char *field = (char *)options + opt->offset;
+    char *end;
+    long whole;
+    double real;
     int k;
 
     switch (opt->type) {
     case WORKLOAD_INT:
-        *(int *)field = atoi(text);
-        return 0;
     case WORKLOAD_LONG:
-        *(long *)field = atol(text);
+        errno = 0;
+        whole = strtol(text, &end, 10);
+        if (end == text || *end != '\0' || errno == ERANGE
+            || (opt->type == WORKLOAD_INT && (whole < INT_MIN || whole > INT_MAX)))
+            return -1;
+        if (opt->type == WORKLOAD_INT)
+            *(int *)field = (int)whole;
+        else
+            *(long *)field = whole;
         return 0;
     case WORKLOAD_DOUBLE:
-        *(double *)field = atof(text);
+        errno = 0;
+        real = strtod(text, &end);
+        if (end == text || *end != '\0' || errno == ERANGE || real != real)
+            return -1;
+        *(double *)field = real;
         return 0;
     case WORKLOAD_STRING:
         *(const char **)field = text;
@@ -132,7 +148,10 @@ void workload_start(struct workload_run *run, const struct workload_probe *probe
             exit(WORKLOAD_EXIT_USAGE);
         }
         if (store(opt, optarg, options) != 0) {
-            workload_refuse(run, opt->invalid, optarg);
+            if (opt->invalid != NULL)
+                workload_refuse(run, opt->invalid, optarg);
+            workload_refuse(run, "invalid --%s value '%s': expected %s", opt->name, optarg,
+                            opt->type == WORKLOAD_DOUBLE ? "a number" : "a whole number");
         }
     }
     free(longopts);

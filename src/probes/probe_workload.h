@@ -39,8 +39,9 @@ struct workload_option {
     size_t offset;                 /* offsetof() the field in the options struct */
     const char *const *choices;    /* WORKLOAD_CHOICE: names, NULL-terminated    */
     int (*parse)(const char *text, void *options);  /* WORKLOAD_CUSTOM           */
-    const char *invalid;           /* CHOICE, CUSTOM: the one-line complaint, a
-                                      printf format given the argument (%s)     */
+    const char *invalid;           /* the one-line complaint, a printf format
+                                      given the argument (%s); NULL for a number:
+                                      "invalid --NAME value 'X': expected ..."  */
 };
 
 /* What a workload probe is: fixed per program. */

@@ -239,7 +239,8 @@ MATMUL_DISTRIBUTE = ("bcast", "scatter", "distribute")
 
 @dataclass(frozen=True)
 class MatmulResult:
-    """Phase breakdown of one distributed C = A*B, times in seconds."""
+    """Phase breakdown of a distributed C = A*B, times in seconds: of its one run, or each
+    phase's fastest of its ``runs`` (``fabreg_matmul --seconds``)."""
 
     n: int
     ranks: int
@@ -251,6 +252,8 @@ class MatmulResult:
     comm_fraction: float
     gflops: float
     verified: bool
+    #: Multiplies the launch made (1 in the output of probes older than ``--seconds``).
+    runs: int = 1
 
     @property
     def phase_sum_s(self) -> float:
@@ -279,6 +282,7 @@ def parse_matmul(text: str) -> MatmulResult:
         total_s=float(s["total_s"]), comm_s=float(s["comm_s"]),
         compute_s=float(s["compute_s"]), comm_fraction=float(s["comm_fraction"]),
         gflops=float(s["gflops"]), verified=s.get("verify") == "pass",
+        runs=int(p.get("runs", 1)),
     )
 
 
