@@ -55,10 +55,17 @@ def test_confirmation_stops_at_the_first_passing_run_and_spreads_the_rest(series
     # (each run's own meter sees this test's process as other work: its count is not tested
     # here, but in test_verdicts_reframe.py with real runs)
     assert set(quiet) <= {"lat"} and quiet.get("lat", 0) <= runs
-    # Run i starts no earlier than its slot, i x span / (runs - 1) after the start (a busy
-    # host only delays a run; two runs' gap may be shorter when the first started late).
-    early = [(i, t - start) for i, t in enumerate(times) if t - start < i * 0.1]
+    # The first repeats - 1 = 2 runs follow at once (with the first value, the 3
+    # measurements a baseline's value is the best of); run i >= 2 starts no earlier than
+    # its slot, (i - 1) x span / (runs - 2) after the start (a busy host only delays a run;
+    # two runs' gap may be shorter when the first started late), the last at the span's end.
+    early = [(i, t - start) for i, t in enumerate(times) if i >= 2
+             and t - start < (i - 1) * 0.9 / (CONFIRM_RUNS - 2)]
     assert not early, early
+    if runs > 1:
+        assert times[1] - times[0] < 0.9 / (CONFIRM_RUNS - 2), times
+    if runs == CONFIRM_RUNS:
+        assert times[-1] - times[0] >= 0.9 - 0.01, times
 
 
 def test_nothing_failing_is_not_measured_again(tmp_path):
@@ -92,7 +99,27 @@ def test_a_long_wait_for_a_quiet_host_does_not_eat_the_span(tmp_path, monkeypatc
     Confirmation("token", tmp_path, confirm_runs=3, confirm_span_s=2.0).confirm(
         ["lat"], again, lambda keys: beyond_limit(values, limits, keys))
     assert times[0] - start >= 2.0
-    assert times[1] - times[0] >= 0.99 and times[2] - times[0] >= 1.99, times
+    assert times[1] - times[0] < 0.5 and times[2] - times[0] >= 1.99, times
+
+
+@pytest.mark.parametrize("repeats,runs,at_once", [
+    (3, 10, 2), (3, 3, 2), (3, 2, 1), (3, 1, 1), (5, 3, 2), (1, 10, 1), (2, 10, 1)])
+def test_a_confirmation_makes_the_repeats_at_once_and_keeps_its_span(repeats, runs, at_once,
+                                                                     tmp_path):
+    """With the first value, the runs at once make ``repeats`` measurements, never all of a
+    confirmation's runs: its last stays at the end of the span, where a spell is over."""
+    assert Confirmation("token", tmp_path, repeats=repeats).runs_at_once(runs) == at_once
+
+
+def test_a_healthy_value_beyond_its_limit_once_is_passed_by_a_run_at_once(tmp_path):
+    """One launch's scatter (the first value 45 against a limit of 40) is passed by the next
+    run, made at once, without waiting for the span's next slot."""
+    values, times, again = scripted([45.0, 30.0] + [45.0] * 8)
+    limits = {"lat": Limit(40.0, lower_is_better=True)}
+    start = time.monotonic()
+    Confirmation("token", tmp_path, confirm_span_s=30.0).confirm(
+        ["lat"], again, lambda keys: beyond_limit(values, limits, keys))
+    assert len(times) == 2 and time.monotonic() - start < 5.0, times
 
 
 # values measured so far, lower is better?, warning limit, failure limit (a confirmation

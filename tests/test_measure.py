@@ -133,8 +133,10 @@ def test_a_failing_value_is_measured_again_before_it_is_reported(osu_latency, tm
     confirmations = result["launches"][-3:]
     assert all(x["options"][:2] == ["-m", "8:8"] for x in confirmations)
     assert all("8:8" not in x["options"] for x in result["launches"][1:-3])
+    # the second follows the first at once (with the first value, the 3 measurements of a
+    # baseline's value: tests/test_confirm.py times that), the last waits for the span's end
     starts = [x["started"] for x in confirmations]
-    assert starts[2] - starts[0] >= 3.9 and starts[1] - starts[0] >= 1.9, starts
+    assert starts[2] - starts[0] >= 3.9, starts
 
 
 def test_the_confirmation_stops_at_the_first_run_that_no_longer_fails(osu_latency, tmp_path,

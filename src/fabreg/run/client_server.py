@@ -167,8 +167,6 @@ class Plan(JsonPlan, ConfirmationPlan):
     #: Perf variable -> its warning limit, where a reference exists: a figure whose first
     #: value lies inside it needs no more runs (``fabreg.run.confirm.settled``).
     warn_limits: dict[str, float] = field(default_factory=dict)
-    #: Runs of the pair at most before confirmation (fewer once every figure is settled).
-    repeats: int = 3
     #: Seconds one run may take before it is ended.
     run_timeout_s: float = 300.0
 

@@ -1,21 +1,21 @@
 """Confirmation: a value beyond its failure limit is measured again before it is reported.
 
-Interference only ever lowers bandwidth and raises latency, so a value is judged by the best
-of its measurements (:func:`best`), and one whose best still crosses its failure limit is
-measured again by the job itself: up to ``confirm_runs`` (:data:`CONFIRM_RUNS`) more measurements
-spread over ``confirm_span_s`` seconds (first at once, last at the end of the span), stopping at the
-first one after which nothing fails any more. A virtual host has spells in which everything
-runs slow with no process to blame (on a 2-core VM: every launch of a healthy ``osu_bw``
-25-35 % slow for up to ~20 s, several times an hour); a spell ends within the span, a fault
-does not. Each confirmation run first waits (up to ``quiet_wait_s`` over all of them) for a
-second in which other work leaves the host alone, and is metered by itself: a failure
-confirmed by a run on a quiet host is a failure even if other work took the CPUs during the
-rest of the job.
+Interference only ever lowers bandwidth and raises latency, so a value is judged by the best of
+its measurements (:func:`best`), and one whose best still crosses its failure limit is measured
+again by the job itself: up to ``confirm_runs`` (:data:`CONFIRM_RUNS`) more measurements spread
+over ``confirm_span_s`` seconds (the first ``repeats - 1`` at once, the last at the end of the
+span), stopping at the first one after which nothing fails any more. A virtual host has spells
+in which everything runs slow with no process to blame (on a 2-core VM: every launch of a
+healthy ``osu_bw`` 25-35 % slow for up to ~20 s, several times an hour); a spell ends within
+the span, a fault does not. Each confirmation run first waits (up to ``quiet_wait_s`` over all
+of them) for a second in which other work leaves the host alone, and is metered by itself: a
+failure confirmed by a run on a quiet host is a failure even if other work took the CPUs during
+the rest of the job.
 
 Before any confirmation a driver measures each figure only as often as its verdict needs
 (:func:`settled`): once when the first value is inside its warning band, ``repeats`` times
 when it is within reach of its failure limit or has no reference; a value beyond its failure
-limit goes straight to its confirmation.
+limit goes straight to its confirmation, whose first runs are those repeats, back to back.
 
 Every in-job driver keeps its figures in a :class:`Measurements` and confirms through it:
 :mod:`fabreg.run.measure` (OSU, keyed by message size), :mod:`fabreg.run.tail_environment`
@@ -204,11 +204,15 @@ class ConfirmationPlan:
     """The fields of an in-job driver's plan that say how it confirms failing values (every
     driver's ``Plan`` has them; :meth:`Confirmation.of` reads them)."""
 
+    #: Measurements of a value at most before its confirmation (fewer where the first settle
+    #: it, :func:`settled`); a confirmation's first ``repeats - 1`` runs follow at once.
+    repeats: int = 3
     #: Other work's share of the host's CPU beyond which a measurement is contended.
     contended_share: float = CONTENDED_SHARE
     #: Seconds the confirmation runs may wait, in all, for the host to be quiet.
     quiet_wait_s: float = 30.0
-    #: Seconds over which the confirmation runs are spread (first at once, last at the end).
+    #: Seconds over which the confirmation runs are spread (the first ``repeats - 1`` at
+    #: once, the last at the end).
     confirm_span_s: float = 60.0
     #: Confirmation runs of a failing value at most.
     confirm_runs: int = CONFIRM_RUNS
@@ -266,6 +270,15 @@ class Confirmation(ConfirmationPlan):
         return cls(token, workdir, **{f.name: getattr(plan, f.name)
                                       for f in fields(ConfirmationPlan)})
 
+    def runs_at_once(self, runs: int) -> int:
+        """How many of ``runs`` confirmation runs follow the first value back to back: with it
+        they make the ``repeats`` measurements a baseline's value is the best of, so a first
+        value that one launch's scatter put beyond its limit is judged on the footing of its
+        band before the confirmation waits for the span (two healthy 512 multiplies once
+        waited 9 and 16 s for their spread runs). The rest keep the span, the last at its
+        end: a spell ends within it, a fault does not."""
+        return max(1, min(self.repeats - 1, runs - 1))
+
     def confirm(self, failing: list[Key], measure_again: Callable[[list[Key]], Collection[Key]],
                 still_failing: Callable[[list[Key]], list[Key]]) -> dict[Key, int]:
         """Measure ``failing`` again until none of them fails or the runs are spent.
@@ -313,9 +326,10 @@ class Confirmation(ConfirmationPlan):
         # meter already running: counted from before the meter started, a first meter slow to
         # start on a loaded host brought the second run 17 ms too close (CI, session 55).
         first: float | None = None
+        at_once = self.runs_at_once(runs)
         for run in range(runs if confirming else 0):
-            if first is not None and not short:
-                slot = first + self.confirm_span_s * run / max(runs - 1, 1)
+            if first is not None and not short and run >= at_once:
+                slot = first + self.confirm_span_s * (run - at_once + 1) / (runs - at_once)
                 time.sleep(max(0.0, slot - time.monotonic()))
             waited_from = time.monotonic()
             wait_for_quiet(self.token, self.contended_share, waited_from + quiet_left)

@@ -106,8 +106,6 @@ class Plan(JsonPlan, ConfirmationPlan):
     warn_limits: dict[int, float] = field(default_factory=dict)
     #: The column of the table that is judged (None: the first).
     column: str | None = None
-    #: Measurements of a size at most before confirmation (fewer where the first settle it).
-    repeats: int = 3
     #: Seconds after which no more plain repeats start (confirmation still runs).
     budget_s: float = 120.0
     #: Seconds a launch may linger after printing its complete table.

@@ -72,8 +72,6 @@ class Plan(JsonPlan, ConfirmationPlan):
     #: Perf variable -> its warning limit, where a reference exists: a figure whose first
     #: value lies inside it needs no more runs (``fabreg.run.confirm.settled``).
     warn_limits: dict[str, float] = field(default_factory=dict)
-    #: Runs at most before confirmation (fewer once every figure is settled).
-    repeats: int = 3
     #: Seconds a probe may go on after printing its complete block before it is ended.
     grace_s: float = 20.0
     #: A file that says an earlier job of the run, launching the same way, hung after its

@@ -171,7 +171,6 @@ class Plan(JsonPlan, ConfirmationPlan):
     #: Iterations and blocks of one calibration step (the final runs use ``options``' own).
     calibration_iterations: int = 300
     calibration_blocks: int = 6
-    repeats: int = 3
     tolerance: float = TOLERANCE
     grace_s: float = 20.0
     #: A file that says an earlier job of the run, launching the same way, hung after its

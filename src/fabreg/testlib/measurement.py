@@ -68,8 +68,9 @@ class ConfirmationSettings(rfm.RegressionTestPlugin):
     #: :type: ``float``
     #: :default: ``30.0``
     quiet_wait = variable(float, value=30.0, loggable=False)
-    #: Seconds over which the confirmation runs of a failing value are spread: a spell in
-    #: which a virtual host runs slow as a whole ends within it, a fault does not.
+    #: Seconds over which the confirmation runs of a failing value are spread (the first
+    #: ``repeats - 1`` at once): a spell in which a virtual host runs slow as a whole ends
+    #: within it, a fault does not.
     #:
     #: :type: ``float``
     #: :default: ``60.0``
@@ -115,7 +116,7 @@ class ConfirmationSettings(rfm.RegressionTestPlugin):
 
     def confirmation_settings(self) -> dict[str, Any]:
         """How the in-job driver repeats and confirms: the fields every driver's plan shares
-        (``fabreg.run.confirm.ConfirmationPlan``, and ``repeats``)."""
+        (``fabreg.run.confirm.ConfirmationPlan``, ``repeats`` among them)."""
         return {"repeats": self.repeats, "contended_share": self.contended_share,
                 "quiet_wait_s": self.quiet_wait, "confirm_span_s": self.confirm_span,
                 "confirm_runs": self.confirm_runs, "lasting_failures": self.lasting_failures(),
