@@ -45,6 +45,7 @@ from pathlib import Path
 
 from fabreg.cluster.layout import Paths
 from fabreg.review.suggest import BASELINE_FAIL, BASELINE_WARN, baseline_band
+from fabreg.run import confirm
 from fabreg.run.parsers.osu import parse_osu
 from fabreg.run.parsers.probes import ProbeOutputError, parse_matmul
 from fabreg.schema import lower_is_better
@@ -110,7 +111,7 @@ def figures(text: str) -> dict[str, float] | None:
 
 
 def best(values: list[float], figure: str) -> float:
-    return min(values) if lower_is_better(figure, UNITS[figure]) else max(values)
+    return confirm.best(values, lower_is_better(figure, UNITS[figure]))
 
 
 def limits(sessions: list[list[dict[str, float]]]) -> dict[str, tuple[float, float]]:
@@ -128,7 +129,7 @@ def limits(sessions: list[list[dict[str, float]]]) -> dict[str, tuple[float, flo
 
 
 def beyond(value: float, limit: float, figure: str) -> bool:
-    return value > limit if lower_is_better(figure, UNITS[figure]) else value < limit
+    return confirm.crosses(value, limit, lower_is_better(figure, UNITS[figure]))
 
 
 def main() -> int:
